@@ -1,0 +1,258 @@
+"""Context-aware self-attention (Yang et al., AAAI 2019), pure torch.
+
+The queries and keys of a self-attention layer are contextualised with a context
+matrix C (Eq. 5), weighted per position by a gating scalar (Eq. 6):
+
+    Q^ = (1 - lq) Q + lq (C Uq)         lq = sigmoid(Q Vq_H + (C Uq) Vq_C)
+    K^ = (1 - lk) K + lk (C Uk)         lk = sigmoid(K Vk_H + (C Uk) Vk_C)
+
+C is built from the layer's own input H^l and from the inputs of the layers below:
+  global           c^l = mean(H^l)                          (Eq. 8)
+  deep             C = [H^1, ..., H^{l-1}]                  (Eq. 9)
+  deep_global      c = [c^1, ..., c^l]                      (Eq. 10)
+  deep_global+deep both, each with its own projection, summed, one gate.
+
+Tensors are time-first (T x B x C) as in fairseq; padding masks are B x T with True
+at padding positions. Nothing here imports fairseq.
+"""
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+CONTEXT_TYPES = ("none", "global", "deep", "deep_global", "deep_global+deep")
+CONTEXT_TARGETS = ("query", "key", "both")
+
+
+def _wide(x: Tensor) -> Tensor:
+    """``x`` in at least fp32 (fp16 / bf16 are widened; fp64 stays fp64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def context_units(context_type: str, layer_index: int) -> Tuple[int, int]:
+    """How many d-wide blocks the context of 1-based layer ``layer_index`` holds.
+
+    Returns ``(global_blocks, deep_blocks)``: the width of the global part of C
+    (Eq. 8 / Eq. 10) and of the deep part (Eq. 9), in units of the model dimension.
+    Layer 1 has nothing below it, so it has no deep context (Table 1's parameter
+    counts confirm: deep adds sum_l (l-1) * 2 d^2).
+    """
+    if context_type not in CONTEXT_TYPES:
+        raise ValueError(f"unknown context type {context_type!r}; expected one of {CONTEXT_TYPES}")
+    if layer_index < 1:
+        raise ValueError(f"layer_index is 1-based, got {layer_index}")
+    uses_global = context_type in ("global", "deep_global", "deep_global+deep")
+    global_blocks = 0
+    if uses_global:
+        global_blocks = 1 if context_type == "global" else layer_index
+    deep_blocks = layer_index - 1 if context_type in ("deep", "deep_global+deep") else 0
+    return global_blocks, deep_blocks
+
+
+def masked_mean(x: Tensor, padding_mask: Optional[Tensor] = None) -> Tensor:
+    """Eq. 8: mean of ``x`` (T x B x C) over the non-padding positions -> B x C.
+
+    Summed in fp32 so that long fp16 / bf16 sequences do not lose precision; padding
+    positions are zeroed with ``masked_fill`` (not a multiply) so NaN/inf there cannot
+    leak into the mean.
+    """
+    xf = _wide(x)
+    if padding_mask is None:
+        return xf.mean(dim=0).to(x.dtype)
+    pad = padding_mask.t().to(torch.bool).unsqueeze(-1)  # T x B x 1
+    total = xf.masked_fill(pad, 0.0).sum(dim=0)
+    count = (~pad).sum(dim=0).clamp(min=1).to(total.dtype)
+    return (total / count).to(x.dtype)
+
+
+def prefix_mean(
+    x: Tensor,
+    padding_mask: Optional[Tensor] = None,
+    running_sum: Optional[Tensor] = None,
+    running_count: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """Causal global context for the decoder (footnote 2): at position i the mean of
+    the non-padding positions <= i.
+
+    ``running_sum`` (B x C, fp32) and ``running_count`` (B x 1, fp32) carry the sums of
+    earlier positions, so incremental decoding keeps two small tensors instead of the
+    history, and a full pass (no running state) computes exactly the same numbers.
+    Returns ``(means T x B x C in x's dtype, new_sum, new_count)``.
+    """
+    xf = _wide(x)
+    if padding_mask is not None:
+        keep = ~padding_mask.t().to(torch.bool).unsqueeze(-1)  # T x B x 1
+        xf = xf.masked_fill(~keep, 0.0)
+        steps = keep.to(xf.dtype)
+    else:
+        steps = xf.new_ones(x.size(0), x.size(1), 1)
+    sums = xf.cumsum(dim=0)
+    counts = steps.cumsum(dim=0)
+    if running_sum is not None:
+        sums = sums + running_sum.unsqueeze(0)
+        counts = counts + running_count.unsqueeze(0)
+    means = sums / counts.clamp(min=1.0)
+    return means.to(x.dtype), sums[-1], counts[-1]
+
+
+class ContextHistory:
+    """What the layers of one encoder or decoder stack leave for the layers above
+    during ONE forward pass: their self-attention inputs H^j (deep context, Eq. 9)
+    and their global contexts c^j (deep-global context, Eq. 10).
+
+    The owning encoder/decoder clears it before and after each pass; each layer
+    checks that exactly the layers below it have reported, so a layer that was
+    skipped or run twice fails loudly instead of silently mixing layers.
+    """
+
+    def __init__(self) -> None:
+        self.layer_inputs: List[Tensor] = []
+        self.global_contexts: List[Tensor] = []
+
+    def clear(self) -> None:
+        self.layer_inputs = []
+        self.global_contexts = []
+
+
+class GateStatistics:
+    """Running average of the gating scalars lq / lk over non-padding positions
+    (the quantity plotted in Figures 2 and 3 of the paper)."""
+
+    def __init__(self, targets: Tuple[str, ...]) -> None:
+        self.targets = targets
+        self.total: Optional[Tensor] = None
+        self.count = 0
+
+    @torch.no_grad()
+    def update(self, gates: Tensor, padding_mask: Optional[Tensor] = None) -> None:
+        """gates: T x B x n_targets; padding_mask: B x T (True = padding)."""
+        flat = gates.double()
+        if padding_mask is not None:
+            keep = ~padding_mask.t().to(torch.bool)
+            flat = flat[keep]
+        else:
+            flat = flat.reshape(-1, flat.size(-1))
+        total = flat.sum(dim=0)
+        self.total = total if self.total is None else self.total + total
+        self.count += flat.size(0)
+
+    def means(self) -> Dict[str, float]:
+        if self.total is None or self.count == 0:
+            return {}
+        values = (self.total / self.count).tolist()
+        return {f"lambda_{name[0]}": value for name, value in zip(self.targets, values)}
+
+
+class ContextualQueryKey(nn.Module):
+    """Eq. 5-6: contextualise the projected queries and/or keys of one layer.
+
+    Args:
+        embed_dim: d, the width of Q, K and of each context block.
+        global_blocks: width of the global / deep-global context in units of d.
+        deep_blocks: width of the deep context in units of d.
+        apply_to: "query", "key" or "both" (Table 3).
+        gated: use the gating scalar of Eq. 6; without it (footnote 1 ablation)
+            the context projection is simply added: Q^ = Q + C Uq.
+
+    With both kinds of context ("deep_global+deep") each has its own bias-free
+    projection and the two are summed into one C U (one gate), as in the authors'
+    released code. U for Q and for K are stored fused in one matrix so one matmul
+    serves both.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        global_blocks: int,
+        deep_blocks: int,
+        apply_to: str = "both",
+        gated: bool = True,
+    ) -> None:
+        super().__init__()
+        if apply_to not in CONTEXT_TARGETS:
+            raise ValueError(f"apply_to must be one of {CONTEXT_TARGETS}, got {apply_to!r}")
+        if global_blocks == 0 and deep_blocks == 0:
+            raise ValueError("ContextualQueryKey needs a non-empty context")
+        self.embed_dim = embed_dim
+        self.apply_to = apply_to
+        self.targets: Tuple[str, ...] = ("query", "key") if apply_to == "both" else (apply_to,)
+        self.gated = gated
+        width = len(self.targets) * embed_dim
+        # Eq. 5 U_Q / U_K, bias-free; rows [0:d] act on Q, [d:2d] on K.
+        self.global_proj = (
+            nn.Linear(global_blocks * embed_dim, width, bias=False) if global_blocks else None
+        )
+        self.deep_proj = nn.Linear(deep_blocks * embed_dim, width, bias=False) if deep_blocks else None
+        if gated:
+            # Eq. 6 V^H (acts on Q / K) and V^C (acts on C U), one row per target.
+            self.gate_input = nn.Parameter(torch.empty(len(self.targets), embed_dim))
+            self.gate_context = nn.Parameter(torch.empty(len(self.targets), embed_dim))
+        else:
+            self.register_parameter("gate_input", None)
+            self.register_parameter("gate_context", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # Glorot per target block (fan_in = width of C, fan_out = d), as a separate
+        # U_Q and U_K would be initialised.
+        for proj in (self.global_proj, self.deep_proj):
+            if proj is not None:
+                for block in proj.weight.split(self.embed_dim, dim=0):
+                    nn.init.xavier_uniform_(block)
+        if self.gated:
+            for vectors in (self.gate_input, self.gate_context):
+                for row in vectors.split(1, dim=0):
+                    nn.init.xavier_uniform_(row)  # a d x 1 column vector
+
+    def project_context(
+        self, global_context: Optional[Tensor], deep_context: Optional[Tensor]
+    ) -> Tensor:
+        """C U for all targets: (..., n_targets * d). The global part is usually
+        1 x B x (g d) (one vector per sentence) and broadcasts over positions."""
+        projected: Optional[Tensor] = None
+        if self.global_proj is not None:
+            if global_context is None:
+                raise ValueError("this layer needs a global context")
+            projected = self.global_proj(global_context)
+        if self.deep_proj is not None:
+            if deep_context is None:
+                raise ValueError("this layer needs a deep context")
+            deep = self.deep_proj(deep_context)
+            projected = deep if projected is None else deep + projected
+        assert projected is not None
+        return projected
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        global_context: Optional[Tensor] = None,
+        deep_context: Optional[Tensor] = None,
+    ) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+        """query, key: T x B x d projections (Q = H W_Q, K = H W_K).
+
+        Returns ``(Q^, K^, gates)``; gates is T x B x n_targets (fp32) or None when
+        ungated. A target that is not contextualised is returned unchanged.
+        """
+        projected = self.project_context(global_context, deep_context)
+        context_parts = projected.split(self.embed_dim, dim=-1)
+        inputs = {"query": query, "key": key}
+        outputs = dict(inputs)
+        gates: List[Tensor] = []
+        for index, target in enumerate(self.targets):
+            plain = inputs[target]
+            context = context_parts[index].to(plain.dtype)
+            if not self.gated:
+                outputs[target] = plain + context  # footnote 1: no lambda
+                continue
+            # Eq. 6, the sigmoid in fp32 (logits of low-precision inputs).
+            logit = _wide(F.linear(plain, self.gate_input[index : index + 1].to(plain.dtype)))
+            logit = logit + _wide(F.linear(context, self.gate_context[index : index + 1].to(plain.dtype)))
+            gate = torch.sigmoid(logit)
+            gates.append(gate)
+            # Eq. 5: (1 - lambda) Q + lambda (C U_Q)
+            outputs[target] = torch.lerp(plain, context.expand_as(plain), gate.to(plain.dtype))
+        gate_tensor = torch.cat(gates, dim=-1) if gates else None
+        return outputs["query"], outputs["key"], gate_tensor

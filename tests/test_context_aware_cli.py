@@ -1,0 +1,18 @@
+"""transformer_context_aware through the real fairseq CLI (train, resume, generate with
+beam search, interactive), with context on both sides so that beam search reorders the
+decoder's running prefix sums as well as the attention caches."""
+import fairseq_ctx.models  # noqa: F401
+
+TINY = [
+    "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--encoder-layers", "2",
+    "--encoder-attention-heads", "2", "--decoder-embed-dim", "16", "--decoder-ffn-embed-dim", "32",
+    "--decoder-layers", "2", "--decoder-attention-heads", "2", "--share-decoder-input-output-embed",
+]
+
+
+def test_cli_train_resume_generate_interactive_both_sides(cli_roundtrip):
+    cli_roundtrip(
+        ["--arch", "transformer_context_aware", "--encoder-context", "deep_global+deep",
+         "--decoder-context", "deep_global+deep", *TINY],
+        beam=3,
+    )
