@@ -1,0 +1,156 @@
+"""fairseq glue for the multi-hop attention RNN of Iida et al. (2019): ``lstm_multihop``.
+
+The model is fairseq's own ``lstm`` model (bidirectional LSTM encoder, LSTM decoder
+with input feeding) whose source-target attention layer is ``MultiHopAttention``.
+The decoder's time loop, its recurrent state and its beam reordering are fairseq's;
+in incremental decoding the subclass prepares the per-sentence projections of the
+encoder states once (``MultiHopAttention.prepare_source``) and keeps them in the
+incremental state, reordered with the beams, for every later step.
+"""
+from typing import Dict, Optional
+
+from fairseq import utils
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.lstm import LSTMDecoder, LSTMModel
+from fairseq.models.lstm import base_architecture as lstm_base_architecture
+from torch import Tensor
+
+from fairseq_ctx.modules.multihop_attention import HOP_MODES, MultiHopAttention
+
+
+@register_model("lstm_multihop")
+class LSTMMultiHopModel(LSTMModel):
+    """fairseq ``lstm`` with N-head, K-hop source-target attention (Iida et al., 2019)."""
+
+    @staticmethod
+    def add_args(parser):
+        LSTMModel.add_args(parser)
+        # fmt: off
+        parser.add_argument('--attention-heads', type=int, metavar='N',
+                            help='number of attention heads N, each with its own W_a (Eq. 1-2)')
+        parser.add_argument('--attention-hops', type=int, metavar='K',
+                            help='number of attention hops K; K=1 is multi-head attention only')
+        parser.add_argument('--hop-mode', choices=HOP_MODES,
+                            help='extra hops: dependent (Eq. 7-9, softmax over heads) '
+                                 'or independent (Eq. 19, U_c per head only)')
+        parser.add_argument('--hop-learned-score-vector', action='store_true',
+                            help='make v_b of Eq. 7 trainable (+D parameters per dependent hop; '
+                                 'Table 5 of the paper counts none, so it is fixed by default)')
+        # fmt: on
+
+    @classmethod
+    def build_model(cls, args, task):
+        lstm_multihop(args)
+        validate_multihop_args(args)
+        # fairseq builds the embeddings (shared / pretrained / frozen) and the encoder;
+        # the decoder is then rebuilt as the subclass around the same embedding.
+        model = super().build_model(args, task)
+        stock = model.decoder
+        model.decoder = MultiHopLSTMDecoder(
+            dictionary=task.target_dictionary,
+            embed_dim=args.decoder_embed_dim,
+            hidden_size=args.decoder_hidden_size,
+            out_embed_dim=args.decoder_out_embed_dim,
+            num_layers=args.decoder_layers,
+            dropout_in=args.decoder_dropout_in,
+            dropout_out=args.decoder_dropout_out,
+            encoder_output_units=model.encoder.output_units,
+            pretrained_embed=stock.embed_tokens,
+            share_input_output_embed=args.share_decoder_input_output_embed,
+            max_target_positions=stock.max_target_positions,
+            num_heads=args.attention_heads,
+            num_hops=args.attention_hops,
+            hop_mode=args.hop_mode,
+            learned_score_vector=args.hop_learned_score_vector,
+        )
+        return model
+
+
+class MultiHopLSTMDecoder(LSTMDecoder):
+    """fairseq's LSTM decoder with ``MultiHopAttention`` as its attention layer."""
+
+    def __init__(self, *args, num_heads=2, num_hops=2, hop_mode="dependent", learned_score_vector=False, **kwargs):
+        super().__init__(*args, attention=False, **kwargs)
+        # Same sizes as the stock AttentionLayer(hidden, encoder_output_units, hidden).
+        self.attention = MultiHopAttention(
+            query_dim=self.hidden_size,
+            source_dim=self.encoder_output_units,
+            output_dim=self.hidden_size,
+            num_heads=num_heads,
+            num_hops=num_hops,
+            hop_mode=hop_mode,
+            learned_score_vector=learned_score_vector,
+        )
+
+    def extract_features(
+        self,
+        prev_output_tokens,
+        encoder_out=None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+    ):
+        prepared = None
+        # incremental decoding only: training is faster with the hops applied per step
+        # (see MultiHopAttention), and a full forward would use the projections once
+        if encoder_out is not None and incremental_state is not None and self.attention.uses_prepared_source:
+            cached = self.get_incremental_state(incremental_state, "prepared_source")
+            prepared = cached["source"] if cached is not None else None
+            if prepared is None:
+                prepared = self.attention.prepare_source(encoder_out[0])
+            # the stock loop only reads encoder_outs.size(0) and hands it to the attention
+            encoder_out = (prepared,) + tuple(encoder_out[1:])
+        features = super().extract_features(prev_output_tokens, encoder_out, incremental_state)
+        if prepared is not None and incremental_state is not None:
+            # stored after the stock call: it takes a non-empty state to mean "not the first step"
+            self.set_incremental_state(incremental_state, "prepared_source", {"source": prepared})
+        return features
+
+    def reorder_incremental_state(
+        self,
+        incremental_state: Dict[str, Dict[str, Optional[Tensor]]],
+        new_order: Tensor,
+    ):
+        super().reorder_incremental_state(incremental_state, new_order)
+        cached = self.get_incremental_state(incremental_state, "prepared_source")
+        if cached is None or cached["source"] is None:
+            return
+        # reorder in batch-major memory so the per-step view stays a view (no copy per step)
+        batch_major = cached["source"].permute(1, 2, 0, 3).index_select(0, new_order)
+        self.set_incremental_state(
+            incremental_state, "prepared_source", {"source": batch_major.permute(2, 0, 1, 3)}
+        )
+
+
+def validate_multihop_args(args):
+    """Reject option combinations that cannot build the paper's model, naming the option."""
+    if args.attention_heads < 1:
+        raise ValueError(f"--attention-heads must be >= 1, got {args.attention_heads}")
+    if args.attention_hops < 1:
+        raise ValueError(f"--attention-hops must be >= 1, got {args.attention_hops}")
+    if args.hop_mode not in HOP_MODES:
+        raise ValueError(f"--hop-mode must be one of {HOP_MODES}, got {args.hop_mode!r}")
+    if not utils.eval_bool(args.decoder_attention):
+        raise ValueError("--decoder-attention must be true for lstm_multihop (the multi-hop attention is the model)")
+    if args.adaptive_softmax_cutoff is not None and getattr(args, "criterion", None) == "adaptive_loss":
+        # fairseq's LSTM decoder skips its output layers with adaptive softmax; the
+        # multi-hop output o_i (Eq. 16-17) would then not feed the softmax as the paper says
+        raise ValueError("--criterion adaptive_loss (adaptive softmax) is not supported by lstm_multihop")
+
+
+@register_model_architecture("lstm_multihop", "lstm_multihop")
+def lstm_multihop(args):
+    """The paper's setup (Section 4.2): embeddings 512, one-layer bidirectional encoder
+    (512 per direction), one-layer decoder with hidden size 1024 and input feeding,
+    output embedding 512; 2 heads x 2 dependent hops (the paper's main model)."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 512)
+    args.encoder_hidden_size = getattr(args, "encoder_hidden_size", 512)
+    args.encoder_layers = getattr(args, "encoder_layers", 1)
+    args.encoder_bidirectional = getattr(args, "encoder_bidirectional", True)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 512)
+    args.decoder_hidden_size = getattr(args, "decoder_hidden_size", 1024)
+    args.decoder_layers = getattr(args, "decoder_layers", 1)
+    args.decoder_out_embed_dim = getattr(args, "decoder_out_embed_dim", 512)
+    args.attention_heads = getattr(args, "attention_heads", 2)
+    args.attention_hops = getattr(args, "attention_hops", 2)
+    args.hop_mode = getattr(args, "hop_mode", "dependent")
+    args.hop_learned_score_vector = getattr(args, "hop_learned_score_vector", False)
+    lstm_base_architecture(args)
