@@ -1,0 +1,277 @@
+"""fairseq glue for Cross Aggregation of Multi-Head Attention (Cao, Zhao, Yu).
+
+The mechanism lives in ``fairseq_ctx.modules.cross_aggregation``; here the stock
+transformer's self-attention layers (encoder, decoder or both) get a
+``MultiheadAttention`` subclass that adds the routed term to the logits before the
+softmax (Eq. 9). Everything else is fairseq's transformer.
+"""
+import argparse
+from typing import Dict, Optional, Tuple
+
+from torch import Tensor
+
+from fairseq import utils
+from fairseq.distributed import fsdp_wrap
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+    TransformerModel,
+)
+from fairseq.models.transformer.transformer_legacy import (
+    base_architecture,
+    transformer_vaswani_wmt_en_de_big,
+)
+from fairseq.modules import MultiheadAttention
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+
+from fairseq_ctx.modules.cross_aggregation import (
+    ROUTING_INITS,
+    STATE_HEAD_AGREEMENT,
+    STATE_VOTES,
+    CrossAggregation,
+)
+
+ROUTING_SIDES = ("encoder", "decoder", "both")
+
+
+class CrossAggregationMultiheadAttention(MultiheadAttention):
+    """Self-attention whose logits E become E + Omega^v + Omega^h before the softmax (Eq. 9)."""
+
+    def __init__(self, embed_dim, num_heads, *, routing: Dict, **kwargs):
+        super().__init__(embed_dim, num_heads, **kwargs)
+        if not self.self_attention:
+            raise ValueError("cross aggregation routes self-attention logits only")
+        self.cross_aggregation = CrossAggregation(num_heads, **routing)
+        # fairseq's fused path (F.multi_head_attention_forward) never exposes the logits;
+        # this flag makes MultiheadAttention.forward take its explicit path, the one that
+        # honours before_softmax=True (its only other effect is skipping a shape assert).
+        self._set_skip_embed_dim_check()
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        need_weights: bool = True,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        if need_head_weights:
+            need_weights = True
+        tgt_len, bsz, _ = query.size()
+        # E with fairseq's masks applied (-inf at padded / future keys); also updates
+        # the key/value cache in incremental decoding.
+        logits, v = super().forward(
+            query, key, value,
+            key_padding_mask=key_padding_mask,
+            incremental_state=incremental_state,
+            need_weights=False,
+            static_kv=static_kv,
+            attn_mask=attn_mask,
+            before_softmax=True,
+        )
+        src_len = logits.size(-1)
+        if incremental_state is not None:
+            saved_state = self._get_input_buffer(incremental_state)
+            # the key padding mask of every position so far = the query padding mask
+            capsule_padding_mask = saved_state.get("prev_key_padding_mask")
+            routing_state = {
+                name: saved_state[name]
+                for name in (STATE_VOTES, STATE_HEAD_AGREEMENT)
+                if saved_state.get(name) is not None
+            }
+        else:
+            capsule_padding_mask = key_padding_mask
+            routing_state = None
+        routed, new_routing_state = self.cross_aggregation(
+            logits.view(bsz, self.num_heads, tgt_len, src_len), capsule_padding_mask, routing_state
+        )
+        if incremental_state is not None:
+            saved_state.update(new_routing_state)
+            self._set_input_buffer(incremental_state, saved_state)
+        logits = logits + routed.view_as(logits).to(logits.dtype)  # Eq. 9: E^ = E + Omega^v + Omega^h
+        if before_softmax:
+            return logits, v
+
+        # the rest is MultiheadAttention's own tail: softmax, dropout, weighted values
+        attn_weights_float = utils.softmax(logits, dim=-1, onnx_trace=self.onnx_trace)
+        attn_probs = self.dropout_module(attn_weights_float.type_as(logits))
+        attn = attn_probs.bmm(v)
+        attn = attn.transpose(0, 1).contiguous().view(tgt_len, bsz, self.embed_dim)
+        attn = self.out_proj(attn)
+        attn_weights: Optional[Tensor] = None
+        if need_weights:
+            attn_weights = attn_weights_float.view(bsz, self.num_heads, tgt_len, src_len).transpose(1, 0)
+            if not need_head_weights:
+                attn_weights = attn_weights.mean(dim=0)
+        return attn, attn_weights
+
+
+def routing_options(cfg, causal: bool) -> Dict:
+    return dict(
+        vertical=cfg.routing_vertical,
+        horizontal=cfg.routing_horizontal,
+        init=cfg.routing_init,
+        iters=cfg.routing_iters,
+        causal=causal,
+    )
+
+
+def wrap_layer(layer, cfg):
+    """Activation checkpointing / FSDP wrapping, as TransformerEncoderBase.build_encoder_layer does."""
+    checkpoint = cfg.checkpoint_activations
+    if checkpoint:
+        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    min_params_to_wrap = cfg.min_params_to_wrap if not checkpoint else 0
+    return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
+
+
+class CrossAggEncoderLayer(TransformerEncoderLayerBase):
+    def build_self_attention(self, embed_dim, cfg):
+        return CrossAggregationMultiheadAttention(
+            embed_dim,
+            cfg.encoder.attention_heads,
+            dropout=cfg.attention_dropout,
+            self_attention=True,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
+            routing=routing_options(cfg, causal=False),
+        )
+
+
+class CrossAggDecoderLayer(TransformerDecoderLayerBase):
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        return CrossAggregationMultiheadAttention(
+            embed_dim,
+            cfg.decoder.attention_heads,
+            dropout=cfg.attention_dropout,
+            add_bias_kv=add_bias_kv,
+            add_zero_attn=add_zero_attn,
+            self_attention=True,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
+            routing=routing_options(cfg, causal=True),
+        )
+
+
+class CrossAggEncoder(TransformerEncoderBase):
+    def build_encoder_layer(self, cfg):
+        return wrap_layer(CrossAggEncoderLayer(cfg, return_fc=self.return_fc), cfg)
+
+
+class CrossAggDecoder(TransformerDecoderBase):
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        return wrap_layer(CrossAggDecoderLayer(cfg, no_encoder_attn), cfg)
+
+
+def validate_routing_args(args) -> None:
+    """One clear error for a bad option combination, at build time."""
+    if args.routing_side not in ROUTING_SIDES:
+        raise ValueError(f"--routing-side must be one of {ROUTING_SIDES}, got {args.routing_side!r}")
+    if args.routing_init not in ROUTING_INITS:
+        raise ValueError(f"--routing-init must be one of {ROUTING_INITS}, got {args.routing_init!r}")
+    if args.routing_iters < 1:
+        raise ValueError(f"--routing-iters must be >= 1, got {args.routing_iters}")
+    if not (args.routing_vertical or args.routing_horizontal):
+        raise ValueError(
+            "--no-routing-vertical together with --no-routing-horizontal leaves nothing to route; "
+            "use --arch transformer for the baseline"
+        )
+    if args.routing_init == "self" and not args.routing_horizontal:
+        raise ValueError(
+            "--routing-init self initialises the horizontal routing (Eq. 15) and needs --routing-horizontal"
+        )
+    routes_decoder = args.routing_side in ("decoder", "both")
+    if routes_decoder and getattr(args, "cross_self_attention", False):
+        # keys = [encoder states; target prefix] differ from the queries: Eq. 15's
+        # B^init = alpha_{l,t} and the positional capsule order are undefined there.
+        raise ValueError(
+            f"--routing-side {args.routing_side} routes decoder self-attention, whose queries and "
+            "keys must be the same positions; it cannot be combined with --cross-self-attention"
+        )
+    for side in ("encoder", "decoder"):
+        if args.routing_side in (side, "both") and getattr(args, f"{side}_xformers_att_config", None):
+            raise ValueError(
+                f"--{side}-xformers-att-config hides the attention logits that --routing-side "
+                f"{args.routing_side} routes; drop one of them"
+            )
+
+
+@register_model("transformer_cross_agg")
+class TransformerCrossAggModel(TransformerModel):
+    """Transformer with cross aggregation (vertical + positional horizontal routing) of
+    self-attention logits, Cao, Zhao, Yu."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        parser.add_argument(
+            "--routing-vertical", action=argparse.BooleanOptionalAction,
+            help="vertical capsules: route over heads for each query (Eq. 10-13)",
+        )
+        parser.add_argument(
+            "--routing-horizontal", action=argparse.BooleanOptionalAction,
+            help="horizontal capsules with positional routing over queries t <= l (Eq. 14)",
+        )
+        parser.add_argument(
+            "--routing-init", choices=ROUTING_INITS,
+            help="initial routing logits of the horizontal routing: zero, or self = the "
+            "attention logit itself (Eq. 15)",
+        )
+        parser.add_argument("--routing-iters", type=int, metavar="T", help="routing iterations T")
+        parser.add_argument(
+            "--routing-side", choices=ROUTING_SIDES,
+            help="which self-attention layers route (the paper: encoder)",
+        )
+
+    @classmethod
+    def build_model(cls, args, task):
+        cross_agg_defaults(args)
+        validate_routing_args(args)
+        return super().build_model(args, task)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        if cfg.routing_side not in ("encoder", "both"):
+            return super().build_encoder(cfg, src_dict, embed_tokens)
+        return CrossAggEncoder(cfg, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        if cfg.routing_side not in ("decoder", "both"):
+            return super().build_decoder(cfg, tgt_dict, embed_tokens)
+        return CrossAggDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+
+
+def cross_agg_defaults(args):
+    """Table 1 row 4 (the paper's best): vertical + horizontal, zero init, T = 3, encoder."""
+    for name, default in (
+        ("routing_vertical", True),
+        ("routing_horizontal", True),
+        ("routing_init", "zero"),
+        ("routing_iters", 3),
+        ("routing_side", "encoder"),
+    ):
+        if getattr(args, name, None) is None:
+            setattr(args, name, default)
+
+
+@register_model_architecture("transformer_cross_agg", "transformer_cross_agg")
+def transformer_cross_agg(args):
+    cross_agg_defaults(args)
+    base_architecture(args)
+
+
+@register_model_architecture("transformer_cross_agg", "transformer_cross_agg_big")
+def transformer_cross_agg_big(args):
+    cross_agg_defaults(args)
+    transformer_vaswani_wmt_en_de_big(args)

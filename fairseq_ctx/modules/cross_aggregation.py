@@ -1,0 +1,257 @@
+"""Cross aggregation of multi-head attention (Cao, Zhao, Yu): routing-by-agreement over
+the attention logits of a self-attention layer.
+
+Pure torch (no fairseq import). ``CrossAggregation`` takes the masked attention logits
+E of one self-attention call, shape ``(bsz, H, L, M)`` with ``-inf`` at masked keys
+(padding, causal future), and returns the routed term ``Omega_vertical +
+Omega_horizontal`` that Eq. 9 adds to E before the softmax.
+
+Notation (paper -> code):
+    e_{l,h}  (Eq. 5)         votes[:, h, l, :]     logits of query l on head h, over M keys
+    B, C     (Alg. 1)        routing logits / coupling coefficients
+    Omega~^v (Eq. 10-11)     vertical_routing      input capsules: heads h, outputs: queries l
+    W^v      (Eq. 13)        head_weight           H x H, no bias, one per layer
+    Omega^h  (Eq. 14)        positional_horizontal_routing: for query l the input capsules
+                             are the queries t <= l, the outputs are the H heads
+    B^init   (Eq. 15)        "self" init: B_{t->h} = alpha_{l,t}^h (the logit itself)
+
+Everything is a masked batched computation over (bsz, H, L, M) / (bsz, H, L, L): the
+positional routing over all prefixes is two attention-shaped matmuls per iteration, not a
+loop over positions. Routing runs in fp32 with autocast disabled.
+
+Interpretations (see docs/notes/transformer_cross_agg.md):
+* Votes are the layer's own scaled logits q k^T / sqrt(d_head) (fairseq's scaling; the
+  paper's Eq. 4 writes sqrt(d)). Masked keys (-inf) are zeroed before routing, so they
+  contribute nothing to any vote, agreement or output capsule; E^ stays -inf there.
+* Algorithm 1 line 4 takes the softmax over the INPUT capsules (B_{* -> n}), the reverse
+  of Sabour et al.; we follow the paper.
+* Padding queries are not input capsules of the horizontal routing (they would make a
+  sentence's result depend on how much left padding it got), and their final vertical
+  agreements are left out of Eq. 13's sum over l.
+* Eq. 13's lambda uses the agreements B after the last iteration (Algorithm 1's final B);
+  W^v is zero-initialised (lambda starts uniform; the paper gives no initialisation).
+  On the decoder side the sum over l runs over the prefix t <= l only (a sum over all l
+  would leak future target tokens into training and break incremental decoding).
+"""
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ROUTING_INITS = ("zero", "self")
+
+# Keys of the incremental (decoder-side) routing state; batch is dim 0 of every tensor,
+# so fairseq's MultiheadAttention.reorder_incremental_state reorders them for beam search.
+STATE_VOTES = "routing_votes"  # (bsz, H, P, P): votes e_{t,h} of the P earlier queries
+STATE_HEAD_AGREEMENT = "routing_head_agreement"  # (bsz, H): running sum_t B_{h->t}
+
+
+def squash(s: Tensor, dim: int = -1) -> Tensor:
+    """Eq. 7: |s|^2 / (1 + |s|^2) * s / |s|, written as s * |s| / (1 + |s|^2).
+
+    No division by |s|, so a zero vector maps to zero; the clamp keeps the gradient of
+    |s| finite at zero (it is multiplied by s = 0 there anyway).
+    """
+    squared_norm = (s * s).sum(dim, keepdim=True)
+    norm = squared_norm.clamp_min(torch.finfo(s.dtype).tiny).sqrt()
+    return s * (norm / (1.0 + squared_norm))
+
+
+def vertical_routing(votes: Tensor, iters: int) -> Tuple[Tensor, Tensor]:
+    """Simple routing over the vertical capsules (Eq. 10-11, Algorithm 1).
+
+    votes: (bsz, H, L, M), V_{h->l} = e_{l,h}; for every query l the H heads are the
+    input capsules of output capsule l.
+    Returns Omega~ (bsz, L, M) and the final agreements B (bsz, H, L).
+    """
+    agreement = votes.new_zeros(votes.shape[:3])  # Alg. 1 line 2: B = 0
+    omega = votes.new_zeros(votes.shape[0], votes.shape[2], votes.shape[3])
+    for _ in range(iters):
+        # elementwise products + reductions: as einsums these become bmm's over bsz*L
+        # tiny matrices, which are slow on CPU
+        coupling = agreement.softmax(dim=1)  # line 4: softmax over input capsules (heads)
+        omega = squash((coupling.unsqueeze(-1) * votes).sum(dim=1))  # Eq. 8, Eq. 7
+        agreement = agreement + (votes * omega.unsqueeze(1)).sum(dim=-1)  # line 6
+    return omega, agreement
+
+
+def positional_horizontal_routing(
+    votes: Tensor,
+    capsule_padding_mask: Tensor,
+    num_queries: int,
+    iters: int,
+    init_agreement: Optional[Tensor] = None,
+) -> Tensor:
+    """Positional simple routing over the horizontal capsules (Eq. 14, Algorithm 1).
+
+    votes: (bsz, H, T, M): e_{t,h} of the T capsule positions (queries) seen so far.
+    capsule_padding_mask: (bsz, T) bool, True at padding; padding is never an input capsule.
+    num_queries: Lq; the queries are the last Lq capsule positions, and query l routes over
+        the non-padding capsules t <= l. A query without any input gets Omega = 0.
+    init_agreement: (bsz, H, Lq, T) B^init (Eq. 15), or None for zero initialisation.
+    Returns Omega^h (bsz, H, Lq, M): output capsule h of query l in [:, h, l].
+    """
+    bsz, heads, num_capsules, _ = votes.shape
+    first_query = num_capsules - num_queries
+    query_position = torch.arange(first_query, num_capsules, device=votes.device)
+    capsule_position = torch.arange(num_capsules, device=votes.device)
+    allowed = (capsule_position[None, :] <= query_position[:, None]).unsqueeze(0)
+    allowed = (allowed & ~capsule_padding_mask.unsqueeze(1)).unsqueeze(1)  # (bsz, 1, Lq, T)
+    # finfo.min instead of -inf: a row with no input capsule stays finite (uniform),
+    # and the multiplication by the mask then zeroes it.
+    blocked = torch.finfo(votes.dtype).min
+    if init_agreement is None:
+        agreement = None
+    else:
+        agreement = init_agreement.masked_fill(~allowed, 0.0)
+    omega = votes.new_zeros(bsz, heads, num_queries, votes.size(-1))
+    for step in range(iters):
+        if agreement is None:
+            # zero init, first iteration: the coupling is uniform over the inputs, so S is
+            # the mean vote of the non-padding prefix: a cumsum instead of a masked
+            # softmax and an (Lq x T) @ (T x M) matmul
+            valid = (~capsule_padding_mask).to(votes.dtype)  # (bsz, T)
+            prefix_sum = (votes * valid[:, None, :, None]).cumsum(dim=2)[:, :, first_query:]
+            prefix_count = valid.cumsum(dim=1)[:, first_query:].clamp_min(1.0)
+            s = prefix_sum / prefix_count[:, None, :, None]
+        else:
+            # line 4: softmax over the input capsules t <= l of each output capsule
+            coupling = agreement.masked_fill(~allowed, blocked).softmax(dim=-1) * allowed
+            s = torch.matmul(coupling, votes)  # Eq. 8 (sum over t)
+        omega = squash(s)  # Eq. 7
+        if step + 1 < iters:  # the last agreement update is never read
+            update = torch.matmul(omega, votes.transpose(-1, -2))  # line 6
+            agreement = update if agreement is None else agreement + update
+    return omega
+
+
+class CrossAggregation(nn.Module):
+    """Routed logits Omega^v + Omega^h of one self-attention layer (Eq. 9-15).
+
+    Args:
+        num_heads: H.
+        vertical: route over heads for each query (Eq. 10-13).
+        horizontal: positional routing over the queries t <= l (Eq. 14).
+        init: "zero" or "self" (Eq. 15) initialisation of the horizontal routing.
+        iters: T, routing iterations.
+        causal: decoder side: Eq. 13's sum over queries runs over the prefix only, and
+            ``forward`` accepts / returns an incremental state.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        vertical: bool = True,
+        horizontal: bool = True,
+        init: str = "zero",
+        iters: int = 3,
+        causal: bool = False,
+    ):
+        super().__init__()
+        if init not in ROUTING_INITS:
+            raise ValueError(f"init must be one of {ROUTING_INITS}, got {init!r}")
+        if iters < 1:
+            raise ValueError(f"iters (routing iterations T) must be >= 1, got {iters}")
+        if not (vertical or horizontal):
+            raise ValueError("at least one of vertical / horizontal routing must be on")
+        if init == "self" and not horizontal:
+            raise ValueError("init='self' (Eq. 15) initialises the horizontal routing; it needs horizontal=True")
+        self.num_heads = num_heads
+        self.vertical = vertical
+        self.horizontal = horizontal
+        self.init = init
+        self.iters = iters
+        self.causal = causal
+        # W^v of Eq. 13: mixes the H per-head agreements into the H head weights lambda.
+        # Zero init (the paper gives none): lambda starts uniform (1/H); the summed
+        # agreements grow with the sentence length, so a random W^v would start with a
+        # saturated softmax (one head taking all of Omega~, vanishing gradients).
+        self.head_weight = None
+        if vertical:
+            self.head_weight = nn.Linear(num_heads, num_heads, bias=False)
+            nn.init.zeros_(self.head_weight.weight)
+
+    def extra_repr(self) -> str:
+        return (
+            f"heads={self.num_heads}, vertical={self.vertical}, horizontal={self.horizontal}, "
+            f"init={self.init}, iters={self.iters}, causal={self.causal}"
+        )
+
+    def forward(
+        self,
+        logits: Tensor,
+        capsule_padding_mask: Optional[Tensor] = None,
+        state: Optional[Dict[str, Tensor]] = None,
+    ) -> Tuple[Tensor, Dict[str, Tensor]]:
+        """
+        Args:
+            logits: (bsz, H, Lq, M) masked logits of the Lq newest queries (-inf = masked key).
+            capsule_padding_mask: (bsz, T) True at padding, over all T query positions so
+                far (T = P + Lq where P queries came in earlier incremental calls); None =
+                no padding.
+            state: incremental routing state from the previous call (causal only), or None.
+        Returns:
+            the fp32 term to add to ``logits`` (bsz, H, Lq, M), zero at masked keys, and
+            the new incremental state (empty unless causal).
+        """
+        if state and not self.causal:
+            raise ValueError("an incremental routing state needs causal=True")
+        bsz, heads, num_queries, num_keys = logits.shape
+        with torch.autocast(device_type=logits.device.type, enabled=False):
+            votes = logits.float().masked_fill(torch.isneginf(logits), 0.0)
+            state = state or {}
+            prev_votes = state.get(STATE_VOTES)
+            num_prev = prev_votes.size(2) if prev_votes is not None else 0
+            if prev_votes is None and self.causal and self.horizontal and STATE_HEAD_AGREEMENT in state:
+                raise ValueError("incremental state lacks the cached votes")
+            num_capsules = num_prev + num_queries
+            if capsule_padding_mask is None:
+                capsule_padding_mask = logits.new_zeros(bsz, num_capsules, dtype=torch.bool)
+            capsule_padding_mask = capsule_padding_mask.bool()
+            if capsule_padding_mask.shape != (bsz, num_capsules):
+                raise ValueError(
+                    f"capsule_padding_mask must be (bsz, {num_capsules}), got {tuple(capsule_padding_mask.shape)}"
+                )
+            routed = votes.new_zeros(votes.shape)
+            new_state: Dict[str, Tensor] = {}
+
+            if self.vertical:
+                omega, agreement = vertical_routing(votes, self.iters)  # Eq. 10-11
+                query_valid = (~capsule_padding_mask[:, num_prev:]).unsqueeze(1)  # (bsz, 1, Lq)
+                agreement = agreement * query_valid
+                weight = self.head_weight.weight.float()
+                if self.causal:
+                    # prefix sum over t <= l (see module docstring), carried across calls
+                    head_agreement = agreement.cumsum(dim=-1)
+                    if STATE_HEAD_AGREEMENT in state:
+                        head_agreement = head_agreement + state[STATE_HEAD_AGREEMENT].float().unsqueeze(-1)
+                    new_state[STATE_HEAD_AGREEMENT] = head_agreement[:, :, -1]
+                else:
+                    head_agreement = agreement.sum(dim=-1, keepdim=True)  # sum over l, Eq. 13
+                # Eq. 13: Lambda = softmax(W^v [sum_l B_{1->l}, ..., sum_l B_{H->l}])
+                head_scale = torch.einsum("gh,bhl->bgl", weight, head_agreement).softmax(dim=1)
+                routed = routed + head_scale.unsqueeze(-1) * omega.unsqueeze(1)  # Eq. 12
+
+            if self.horizontal:
+                if prev_votes is not None:
+                    # earlier queries' votes are zero on keys they could not see (causal)
+                    prev_votes = F.pad(prev_votes.float(), (0, num_keys - prev_votes.size(-1)))
+                    capsule_votes = torch.cat([prev_votes, votes], dim=2)
+                else:
+                    capsule_votes = votes
+                if self.causal:
+                    new_state[STATE_VOTES] = capsule_votes
+                init_agreement = None
+                if self.init == "self":
+                    if num_keys != num_capsules:
+                        raise ValueError(
+                            "init='self' (Eq. 15) needs the keys to be the queries themselves "
+                            f"(self-attention without extra keys); got {num_keys} keys for "
+                            f"{num_capsules} query positions"
+                        )
+                    init_agreement = votes  # B^init_{t->h} = alpha_{l,t}^h, Eq. 15
+                routed = routed + positional_horizontal_routing(
+                    capsule_votes, capsule_padding_mask, num_queries, self.iters, init_agreement
+                )  # Eq. 14
+        return routed, new_state
