@@ -1,0 +1,1 @@
+"""Evaluation and analysis used by scripts/eval, scripts/analysis and scripts/reproduce."""

@@ -1,0 +1,84 @@
+"""Average the parameters of the last N checkpoints (fairseq's scripts/average_checkpoints.py
+is not installed with the fairseq package, so this is the same computation on the state
+dicts; fairseq upgrades old checkpoint formats itself when it loads the average).
+
+Usage: python -m fairseq_ctx.analysis.average --save-dir CKPTS --last 5 --output avg.pt
+       [--by updates|epochs]   (checkpoint_<epoch>.pt or checkpoint_<epoch>_<updates>.pt)
+"""
+import argparse
+import collections
+import os
+import re
+
+import torch
+
+
+def last_checkpoints(save_dir, n, by="auto"):
+    """The ``n`` newest numbered checkpoints: by update count (checkpoint_E_U.pt, written
+    with --save-interval-updates) or by epoch (checkpoint_E.pt)."""
+    updates = re.compile(r"^checkpoint_\d+_(\d+)\.pt$")
+    epochs = re.compile(r"^checkpoint(\d+)\.pt$")
+    names = os.listdir(save_dir)
+    found = {"updates": [], "epochs": []}
+    for name in names:
+        for kind, pattern in (("updates", updates), ("epochs", epochs)):
+            match = pattern.match(name)
+            if match:
+                found[kind].append((int(match.group(1)), name))
+    if by == "auto":
+        by = "updates" if found["updates"] else "epochs"
+    chosen = sorted(found[by], reverse=True)[:n]
+    if len(chosen) < n:
+        raise FileNotFoundError(f"{save_dir}: wanted the last {n} checkpoints by {by}, found {len(chosen)} "
+                                f"({', '.join(sorted(names)) or 'empty'})")
+    return [os.path.join(save_dir, name) for _, name in sorted(chosen)]
+
+
+def average_checkpoints(paths):
+    """Mean of every floating-point parameter; everything else (cfg, args, optimizer
+    history) is taken from the last checkpoint, as fairseq's script does."""
+    totals = collections.OrderedDict()
+    new_state = None
+    for path in paths:
+        # fairseq checkpoints hold an argparse Namespace / omegaconf config: not weights-only
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        new_state = state
+        model = state["model"]
+        if totals and set(totals) != set(model):
+            raise ValueError(f"{path} has different parameters from {paths[0]}")
+        for key, value in model.items():
+            value = value.double() if value.is_floating_point() else value
+            if key not in totals or not value.is_floating_point():
+                totals[key] = value.clone()  # integer buffers: the last checkpoint's
+            else:
+                totals[key] += value
+    averaged = collections.OrderedDict()
+    for key, value in totals.items():
+        dtype = new_state["model"][key].dtype
+        averaged[key] = (value / len(paths)).to(dtype) if value.is_floating_point() else value
+    new_state["model"] = averaged
+    new_state.pop("last_optimizer_state", None)  # not resumable, and large
+    return new_state
+
+
+def average_last(save_dir, n, output, by="auto"):
+    from .._atomic_torch import atomic_torch_save
+
+    paths = last_checkpoints(save_dir, n, by)
+    atomic_torch_save(average_checkpoints(paths), output)
+    return paths
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--save-dir", required=True)
+    parser.add_argument("--last", type=int, default=5)
+    parser.add_argument("--by", choices=["auto", "updates", "epochs"], default="auto")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args(argv)
+    paths = average_last(args.save_dir, args.last, args.output, args.by)
+    print(f"averaged {len(paths)} checkpoints: {' '.join(os.path.basename(p) for p in paths)} -> {args.output}")
+
+
+if __name__ == "__main__":
+    main()

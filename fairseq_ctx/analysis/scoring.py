@@ -1,0 +1,136 @@
+"""BLEU as the papers report it, significance, and BLEU by source length.
+
+* ``tokenized_bleu``: multi-bleu.perl-style BLEU on tokenised text (the papers' "case-
+  sensitive 4-gram BLEU"): hypotheses and references are tokenised with the same
+  tokeniser as the training data (Moses / jieba / MeCab), optionally compound-split
+  (En-De, Vaswani et al.'s get_ende_bleu.sh: ``s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g``), then
+  scored by sacreBLEU with ``tokenize='none'`` (the same n-gram statistics as multi-bleu).
+* ``paired_bootstrap``: Koehn (2004) paired bootstrap resampling via sacreBLEU's
+  ``PairedTest(test_type='bs')`` (Yang / Wang / Cao / Iida all mark significance this way).
+* ``bleu_by_length``: BLEU of each source-length bucket of ``width`` words (0-9, 10-19,
+  ...; Iida Tables 3-4, Yang Figure 5), sacreBLEU and tokenised.
+"""
+import re
+from typing import Dict, List, Optional, Sequence
+
+import sacrebleu
+
+from ..evaluate import sacrebleu_tokenizer
+
+COMPOUND = re.compile(r"(\S)-(\S)")
+
+
+def compound_split(line: str) -> str:
+    # re.sub is non-overlapping like perl's s///g, so "a-b-c" -> "a ##AT##-##AT## b-c",
+    # exactly what get_ende_bleu.sh produces
+    return COMPOUND.sub(r"\1 ##AT##-##AT## \2", line)
+
+
+def tokenize_lines(lines: Sequence[str], lang: str, compound: bool = False) -> List[str]:
+    from ..data.tokenize import tokenizer
+
+    tok = tokenizer(lang)
+    out = [tok(line.strip()) for line in lines]
+    return [compound_split(line) for line in out] if compound else out
+
+
+def _check(hypotheses, references):
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+
+
+def tokenized_bleu(hypotheses, references, lang, compound: Optional[bool] = None) -> Dict:
+    """BLEU on tokenised text; ``compound`` defaults to True for German."""
+    _check(hypotheses, references)
+    compound = (lang == "de") if compound is None else compound
+    hyp = tokenize_lines(hypotheses, lang, compound)
+    ref = tokenize_lines(references, lang, compound)
+    bleu = sacrebleu.metrics.BLEU(tokenize="none", force=True)
+    result = bleu.corpus_score(hyp, [ref])
+    return {"bleu": round(result.score, 2), "compound_split": compound, "text": str(result),
+            "signature": str(bleu.get_signature()) + f"|pretok:{lang}" + ("|compound-split" if compound else "")}
+
+
+def sacre_bleu(hypotheses, references, lang):
+    _check(hypotheses, references)
+    return sacrebleu.metrics.BLEU(tokenize=sacrebleu_tokenizer(lang)).corpus_score(hypotheses, [references]).score
+
+
+def paired_bootstrap(baseline, system, references, lang, samples=1000, seed=12345, tokenized=False):
+    """p-value of ``system`` vs ``baseline`` (paired bootstrap, Koehn 2004)."""
+    from sacrebleu.significance import PairedTest
+
+    _check(baseline, references)
+    _check(system, references)
+    if tokenized:
+        compound = lang == "de"
+        baseline, system = tokenize_lines(baseline, lang, compound), tokenize_lines(system, lang, compound)
+        references = tokenize_lines(references, lang, compound)
+        metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)
+    else:
+        metric = sacrebleu.metrics.BLEU(tokenize=sacrebleu_tokenizer(lang))
+    test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": metric}, [references],
+                      test_type="bs", n_samples=samples)
+    test._seed = seed  # sacreBLEU's own knob (SACREBLEU_SEED); fixed for reproducible p-values
+    _, scores = test()
+    base, ours = scores["BLEU"]
+    return {"baseline": round(base.score, 2), "system": round(ours.score, 2),
+            "delta": round(ours.score - base.score, 2), "p_value": ours.p_value, "samples": samples}
+
+
+def significance_mark(p_value, delta=1.0):
+    """The papers' marks for a system BETTER than the baseline: double for p < 0.01,
+    single for p < 0.05. sacreBLEU's bootstrap p-value is meaningless without variance
+    (identical outputs get p = 1/(n+1)), hence the delta > 0 condition."""
+    if delta <= 0:
+        return ""
+    return "\u21d1" if p_value < 0.01 else "\u2191" if p_value < 0.05 else ""
+
+
+def bleu_by_length(source_lengths, hypotheses, references, lang, width=10, tokenized=True):
+    """Rows {"bucket": "0-9", "sentences": n, "bleu": ...}, ascending, empty buckets omitted."""
+    _check(hypotheses, references)
+    if len(source_lengths) != len(references):
+        raise ValueError(f"{len(source_lengths)} source lengths but {len(references)} references")
+    groups: Dict[int, List[int]] = {}
+    for i, length in enumerate(source_lengths):
+        groups.setdefault(length // width, []).append(i)
+    rows = []
+    for bucket in sorted(groups):
+        ids = groups[bucket]
+        hyp = [hypotheses[i] for i in ids]
+        ref = [references[i] for i in ids]
+        score = tokenized_bleu(hyp, ref, lang)["bleu"] if tokenized else round(sacre_bleu(hyp, ref, lang), 2)
+        rows.append({"bucket": f"{bucket * width}-{bucket * width + width - 1}", "sentences": len(ids), "bleu": score})
+    return rows
+
+
+def markdown_table(header, rows):
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def plot_length_buckets(series: Dict[str, List[Dict]], path, title="BLEU by source length"):
+    """series: system name -> bleu_by_length rows. Needs matplotlib (optional dependency)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise RuntimeError("PNG plots need matplotlib (pip install matplotlib); the tables were written") from error
+    buckets = sorted({r["bucket"] for rows in series.values() for r in rows}, key=lambda b: int(b.split("-")[0]))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, rows in series.items():
+        by = {r["bucket"]: r["bleu"] for r in rows}
+        ax.plot(range(len(buckets)), [by.get(b) for b in buckets], marker="o", label=name)
+    ax.set_xticks(range(len(buckets)))
+    ax.set_xticklabels(buckets, rotation=45)
+    ax.set_xlabel("source length (words)")
+    ax.set_ylabel("BLEU")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

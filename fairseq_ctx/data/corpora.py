@@ -1,0 +1,467 @@
+"""The papers' corpora: where they come from, and how they become raw parallel text.
+
+``python -m fairseq_ctx.data.corpora wmt --corpus wmt14-en-de --outdir RAW [--local-dir DIR]``
+writes ``RAW/{train,valid,test}.{src,tgt}`` (one sentence per line, untokenised).
+
+Sources (the papers' setups):
+* wmt14-en-de (Yang, Cao, Wang): Europarl v7 + Common Crawl + News Commentary v9
+  (the 4.5M-pair set of Vaswani et al.), valid newstest2013, test newstest2014 (full).
+* wmt17-zh-en (Yang, Cao): News Commentary v12 + UN v1.0 downloadable; the CWMT parts
+  need registration: pass them with ``--extra-train PREFIX`` (PREFIX.zh / PREFIX.en).
+  Valid newsdev2017, test newstest2017.
+* wmt14-en-fr (Wang Table 2): Europarl v7 + Common Crawl + UN + News Commentary v9 +
+  10^9 French-English, valid newstest2013, test newstest2014 (full).
+The dev/test archives are checked against the md5 sums sacreBLEU publishes for them;
+statmt.org publishes no checksums for the training archives (none is checked).
+
+Offline: ``--local-dir DIR`` may hold each archive under its file name
+(``training-parallel-europarl-v7.tgz``) or its members already extracted, under their
+paths inside the archive (``training/europarl-v7.de-en.en``) or just their base names.
+With ``--offline`` nothing is downloaded and a missing input is one clear error.
+
+ASPEC (Iida) is licensed by application: ``aspec`` reads the local ``ASPEC-JE``
+directory. OpenSubtitles2018 Ja-En comes from OPUS (``opensubtitles``).
+"""
+import argparse
+import gzip
+import hashlib
+import os
+import re
+import sys
+import tarfile
+import zipfile
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .atomic import atomic_write
+from .download import ChecksumError, DownloadError, default_cache, download
+
+SEG = re.compile(r"<seg[^>]*>(.*)</seg>", re.IGNORECASE)
+
+
+class CorpusError(RuntimeError):
+    """A corpus input is missing or malformed (one clear message for the user)."""
+
+
+@dataclass
+class Archive:
+    urls: Sequence[str]  # several URLs = parts of one file, concatenated (UN v1.0)
+    members: Sequence[Tuple[str, str]]  # (source file, target file) paths inside it
+    md5: Optional[str] = None
+
+    @property
+    def filename(self):
+        return os.path.basename(self.urls[0]).split("?")[0].replace(".tar.gz.00", ".tar.gz")
+
+
+@dataclass
+class Corpus:
+    src: str
+    tgt: str
+    train: List[Archive]
+    valid: Archive
+    test: Archive
+    notes: str = ""
+    extra: Dict[str, str] = field(default_factory=dict)
+
+
+STATMT = "https://statmt.org"
+WMT17 = "https://data.statmt.org/wmt17/translation-task"
+EUROPARL = f"{STATMT}/wmt13/training-parallel-europarl-v7.tgz"
+COMMONCRAWL = f"{STATMT}/wmt13/training-parallel-commoncrawl.tgz"
+NC_V9 = f"{STATMT}/wmt14/training-parallel-nc-v9.tgz"
+# md5 sums as published in sacreBLEU's dataset registry (sacrebleu/dataset/__init__.py)
+WMT13_TEST = (f"{STATMT}/wmt13/test.tgz", "48eca5d02f637af44e85186847141f67")
+WMT14_TEST_FULL = (f"{STATMT}/wmt14/test-full.tgz", "a8cd784e006feb32ac6f3d9ec7eb389a")
+WMT17_DEV = (f"{WMT17}/dev.tgz", "9b1aa63c1cf49dccdd20b962fe313989")
+WMT17_TEST = (f"{WMT17}/test.tgz", "86a1724c276004aa25455ae2a04cef26")
+
+CORPORA: Dict[str, Corpus] = {
+    "wmt14-en-de": Corpus(
+        "en", "de",
+        train=[
+            Archive([EUROPARL], [("training/europarl-v7.de-en.en", "training/europarl-v7.de-en.de")]),
+            Archive([COMMONCRAWL], [("commoncrawl.de-en.en", "commoncrawl.de-en.de")]),
+            Archive([NC_V9], [("training/news-commentary-v9.de-en.en", "training/news-commentary-v9.de-en.de")]),
+        ],
+        valid=Archive([WMT13_TEST[0]], [("test/newstest2013-src.en.sgm", "test/newstest2013-src.de.sgm")], WMT13_TEST[1]),
+        test=Archive([WMT14_TEST_FULL[0]], [("test-full/newstest2014-deen-src.en.sgm",
+                                             "test-full/newstest2014-deen-ref.de.sgm")], WMT14_TEST_FULL[1]),
+    ),
+    "wmt17-zh-en": Corpus(
+        "zh", "en",
+        train=[
+            Archive([f"{WMT17}/training-parallel-nc-v12.tgz"],
+                    [("training/news-commentary-v12.zh-en.zh", "training/news-commentary-v12.zh-en.en")]),
+            Archive(["https://stuncorpusprod.blob.core.windows.net/corpusfiles/UNv1.0.en-zh.tar.gz.00",
+                     "https://stuncorpusprod.blob.core.windows.net/corpusfiles/UNv1.0.en-zh.tar.gz.01"],
+                    [("en-zh/UNv1.0.en-zh.zh", "en-zh/UNv1.0.en-zh.en")]),
+        ],
+        valid=Archive([WMT17_DEV[0]], [("dev/newsdev2017-zhen-src.zh.sgm", "dev/newsdev2017-zhen-ref.en.sgm")], WMT17_DEV[1]),
+        test=Archive([WMT17_TEST[0]], [("test/newstest2017-zhen-src.zh.sgm", "test/newstest2017-zhen-ref.en.sgm")], WMT17_TEST[1]),
+        notes="CWMT (casia2015, casict2011, casict2015, datum2015, datum2017, neu2017) needs registration: "
+              "pass each with --extra-train PREFIX",
+    ),
+    "wmt14-en-fr": Corpus(
+        "en", "fr",
+        train=[
+            Archive([EUROPARL], [("training/europarl-v7.fr-en.en", "training/europarl-v7.fr-en.fr")]),
+            Archive([COMMONCRAWL], [("commoncrawl.fr-en.en", "commoncrawl.fr-en.fr")]),
+            Archive([f"{STATMT}/wmt13/training-parallel-un.tgz"], [("un/undoc.2000.fr-en.en", "un/undoc.2000.fr-en.fr")]),
+            Archive([NC_V9], [("training/news-commentary-v9.fr-en.en", "training/news-commentary-v9.fr-en.fr")]),
+            Archive([f"{STATMT}/wmt10/training-giga-fren.tar"],
+                    [("giga-fren.release2.fixed.en.gz", "giga-fren.release2.fixed.fr.gz")]),
+        ],
+        valid=Archive([WMT13_TEST[0]], [("test/newstest2013-src.en.sgm", "test/newstest2013-src.fr.sgm")], WMT13_TEST[1]),
+        test=Archive([WMT14_TEST_FULL[0]], [("test-full/newstest2014-fren-src.en.sgm",
+                                             "test-full/newstest2014-fren-ref.fr.sgm")], WMT14_TEST_FULL[1]),
+    ),
+}
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def decode_lines(data: bytes, name: str) -> List[str]:
+    if name.endswith(".gz"):
+        data = gzip.decompress(data)
+        name = name[:-3]
+    text = data.decode("utf-8-sig", errors="replace")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if name.endswith(".sgm"):
+        # the <seg> contents, as sacreBLEU reads them (no entity unescaping)
+        return [m.group(1).strip() for m in (SEG.search(line) for line in lines) if m]
+    return [" ".join(line.replace("\r", "").split()) for line in lines]
+
+
+def _md5(path):
+    digest = hashlib.md5()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def locate_archive(archive: Archive, local_dir: Optional[str], cache: str, offline: bool):
+    """Return ('archive', path) or ('files', {member: path}) for already-extracted members."""
+    if local_dir:
+        candidate = os.path.join(local_dir, archive.filename)
+        if os.path.exists(candidate):
+            return "archive", candidate
+        files = {}
+        for pair in archive.members:
+            for member in pair:
+                for path in (os.path.join(local_dir, member), os.path.join(local_dir, os.path.basename(member)),
+                             os.path.join(local_dir, os.path.basename(member)[:-3]) if member.endswith(".gz") else None):
+                    if path and os.path.exists(path):
+                        files[member] = path
+                        break
+        if len(files) == 2 * len(archive.members):
+            return "files", files
+    cached = os.path.join(cache, archive.filename)
+    if not os.path.exists(cached):
+        if offline:
+            wanted = ", ".join(m for pair in archive.members for m in pair)
+            raise CorpusError(f"missing input: {archive.filename} (from {archive.urls[0]}); put it, or its "
+                              f"extracted files ({wanted}), in --local-dir, or run without --offline")
+        try:
+            if len(archive.urls) == 1:
+                download(archive.urls[0], cached)
+            else:  # multi-part archive: download the parts, then join them atomically
+                parts = [download(url, os.path.join(cache, os.path.basename(url))) for url in archive.urls]
+                with atomic_write(cached, "wb") as out:
+                    for part in parts:
+                        with open(part, "rb") as handle:
+                            for block in iter(lambda: handle.read(1 << 20), b""):
+                                out.write(block)
+        except DownloadError as error:
+            raise CorpusError(str(error)) from error
+    if archive.md5 and _md5(cached) != archive.md5:
+        os.unlink(cached)
+        raise ChecksumError(f"{cached}: md5 does not match the published {archive.md5} (deleted; run again)")
+    return "archive", cached
+
+
+def read_archive_pairs(archive: Archive, local_dir, cache, offline) -> List[Tuple[List[str], List[str]]]:
+    kind, where = locate_archive(archive, local_dir, cache, offline)
+    wanted = {m for pair in archive.members for m in pair}
+    contents: Dict[str, List[str]] = {}
+    if kind == "files":
+        for member, path in where.items():
+            with open(path, "rb") as handle:
+                contents[member] = decode_lines(handle.read(), path)
+    else:
+        by_base = {os.path.basename(m): m for m in wanted}
+        opener = zipfile.ZipFile if where.endswith(".zip") else tarfile.open
+        with opener(where) as bundle:
+            if isinstance(bundle, zipfile.ZipFile):
+                entries = [(name, lambda n=name: bundle.read(n)) for name in bundle.namelist()]
+            else:
+                entries = [(info.name, lambda i=info: bundle.extractfile(i).read()) for info in bundle if info.isfile()]
+            for name, read in entries:
+                member = by_base.get(os.path.basename(name))
+                if member is not None and member not in contents:
+                    contents[member] = decode_lines(read(), name)
+    missing = sorted(wanted - set(contents))
+    if missing:
+        raise CorpusError(f"{where}: does not contain {', '.join(missing)}")
+    pairs = []
+    for src_member, tgt_member in archive.members:
+        src, tgt = contents[src_member], contents[tgt_member]
+        if len(src) != len(tgt):
+            raise CorpusError(f"{src_member} has {len(src)} lines but {tgt_member} has {len(tgt)}")
+        pairs.append((src, tgt))
+    return pairs
+
+
+def write_split(outdir, split, src_lang, tgt_lang, src_lines, tgt_lines):
+    for lang, lines in ((src_lang, src_lines), (tgt_lang, tgt_lines)):
+        with atomic_write(os.path.join(outdir, f"{split}.{lang}")) as out:
+            out.writelines(line + "\n" for line in lines)
+
+
+def prepare_wmt(name, outdir, local_dir=None, cache=None, offline=False, extra_train=(), reverse=False):
+    corpus = CORPORA[name]
+    cache = cache or default_cache()
+    src_lang, tgt_lang = (corpus.tgt, corpus.src) if reverse else (corpus.src, corpus.tgt)
+    for split, archives in (("train", corpus.train), ("valid", [corpus.valid]), ("test", [corpus.test])):
+        src_all, tgt_all = [], []
+        for archive in archives:
+            for src, tgt in read_archive_pairs(archive, local_dir, cache, offline):
+                src_all += src
+                tgt_all += tgt
+        if split == "train":
+            for prefix in extra_train:
+                src, tgt = (_read_plain(f"{prefix}.{lang}") for lang in (corpus.src, corpus.tgt))
+                if len(src) != len(tgt):
+                    raise CorpusError(f"{prefix}.{corpus.src} has {len(src)} lines but .{corpus.tgt} has {len(tgt)}")
+                src_all += src
+                tgt_all += tgt
+        if reverse:
+            src_all, tgt_all = tgt_all, src_all
+        write_split(outdir, split, src_lang, tgt_lang, src_all, tgt_all)
+        print(f"{name} {split}: {len(src_all)} pairs", file=sys.stderr)
+
+
+def _read_plain(path):
+    if not os.path.exists(path):
+        raise CorpusError(f"missing input: {path}")
+    with open(path, "rb") as handle:
+        return decode_lines(handle.read(), path)
+
+
+# -- ASPEC-JE (Nakazawa et al. 2016), local files only -------------------------------------
+
+
+ASPEC_TRAIN = ("train/train-1.txt", "train/train-2.txt", "train/train-3.txt")
+ASPEC_HELDOUT = {"valid": "dev/dev.txt", "test": "test/test.txt"}
+
+
+def read_aspec_train(path):
+    """train-N.txt: ``score ||| id ||| source-id ||| ja ||| en`` (sorted by score, best first)."""
+    for lineno, line in enumerate(_open_text(path), 1):
+        fields = [f.strip() for f in line.rstrip("\n").split(" ||| ")]
+        if len(fields) != 5:
+            raise CorpusError(f"{path} line {lineno}: expected 5 ' ||| '-separated fields, got {len(fields)}")
+        yield float(fields[0]), fields[3], fields[4]
+
+
+def read_aspec_heldout(path):
+    """dev.txt / test.txt: ``id ||| doc-id ||| ja ||| en``."""
+    for lineno, line in enumerate(_open_text(path), 1):
+        fields = [f.strip() for f in line.rstrip("\n").split(" ||| ")]
+        if len(fields) != 4:
+            raise CorpusError(f"{path} line {lineno}: expected 4 ' ||| '-separated fields, got {len(fields)}")
+        yield fields[2], fields[3]
+
+
+def _open_text(path):
+    if not os.path.exists(path):
+        raise CorpusError(f"missing input: {path} (ASPEC is licensed by application and cannot be "
+                          "downloaded by script: pass the ASPEC-JE directory with --local-dir)")
+    with open(path, encoding="utf-8") as handle:
+        yield from handle
+
+
+def length_eval_subsets(pairs, tokenize_src, width=10, max_bucket=13, tokens_per_bucket=20000):
+    """Iida et al. Section 4.3: per source-length bucket of ``width`` words, sentences in
+    order (best alignment score first) until the bucket holds ``tokens_per_bucket`` words."""
+    buckets: Dict[int, List[Tuple[str, str]]] = {}
+    totals: Dict[int, int] = {}
+    for ja, en in pairs:
+        length = len(tokenize_src(ja).split())
+        bucket = length // width
+        if bucket > max_bucket or totals.get(bucket, 0) >= tokens_per_bucket:
+            continue
+        buckets.setdefault(bucket, []).append((ja, en))
+        totals[bucket] = totals.get(bucket, 0) + length
+        if len(totals) == max_bucket + 1 and all(t >= tokens_per_bucket for t in totals.values()):
+            break
+    return buckets
+
+
+def prepare_aspec(local_dir, outdir, direction="ja-en", top=1_000_000, length_eval=False):
+    if not os.path.isdir(local_dir or ""):
+        raise CorpusError(f"missing input: ASPEC-JE directory {local_dir!r} (ASPEC is licensed by application; "
+                          "pass the unpacked ASPEC-JE directory with --local-dir)")
+    src_lang, tgt_lang = direction.split("-")
+    kept, rest = [], []
+    for name in ASPEC_TRAIN:
+        path = os.path.join(local_dir, name)
+        if name != ASPEC_TRAIN[0] and not os.path.exists(path) and len(kept) >= top:
+            break
+        for score, ja, en in read_aspec_train(path):
+            (kept if len(kept) < top else rest).append((score, ja, en))
+    # the files are sorted by alignment score; sort anyway so "top" means the best pairs
+    everything = sorted(kept + rest, key=lambda row: -row[0])
+    kept, rest = everything[:top], everything[top:]
+    lang_of = {"ja": 0, "en": 1}
+    write_split(outdir, "train", src_lang, tgt_lang,
+                [(r[1], r[2])[lang_of[src_lang]] for r in kept], [(r[1], r[2])[lang_of[tgt_lang]] for r in kept])
+    for split, name in ASPEC_HELDOUT.items():
+        rows = list(read_aspec_heldout(os.path.join(local_dir, name)))
+        write_split(outdir, split, src_lang, tgt_lang, [r[lang_of[src_lang]] for r in rows],
+                    [r[lang_of[tgt_lang]] for r in rows])
+    if length_eval:
+        from .tokenize import tokenizer
+
+        tok = tokenizer(src_lang)
+        heldout = [(r[1], r[2]) if src_lang == "ja" else (r[2], r[1]) for r in rest]
+        for bucket, rows in sorted(length_eval_subsets(heldout, tok).items()):
+            write_split(outdir, f"len{bucket * 10}", src_lang, tgt_lang, [r[0] for r in rows], [r[1] for r in rows])
+    print(f"aspec: train {len(kept)} pairs (top by alignment score)", file=sys.stderr)
+
+
+# -- OpenSubtitles2018 Ja-En (OPUS) --------------------------------------------------------------
+
+OPENSUBTITLES_URL = "https://object.pouta.csc.fi/OPUS-OpenSubtitles/v2018/moses/en-ja.txt.zip"
+OPENSUBTITLES_MEMBERS = ("OpenSubtitles.en-ja.en", "OpenSubtitles.en-ja.ja", "OpenSubtitles.en-ja.ids")
+SPLIT_SALT = "fairseq-ctx-opensubtitles-split-v1"
+
+
+def document_split(doc_id, valid=0.05, test=0.05):
+    """90/5/5 by document (movie) so that a document's sentences, and their 2-to-2
+    context, never straddle two splits; stable hash, independent of file order."""
+    rank = int.from_bytes(hashlib.sha256(f"{SPLIT_SALT}\t{doc_id}".encode()).digest()[:8], "big") / 2 ** 64
+    return "test" if rank < test else "valid" if rank < test + valid else "train"
+
+
+def prepare_opensubtitles(outdir, local=None, cache=None, offline=False, direction="ja-en"):
+    files = {}
+    if local and os.path.isdir(local):
+        for member in OPENSUBTITLES_MEMBERS:
+            path = os.path.join(local, member)
+            if os.path.exists(path):
+                files[member] = path
+        if len(files) < 3:
+            zipped = os.path.join(local, "en-ja.txt.zip")
+            local = zipped if os.path.exists(zipped) else None
+    if len(files) < 3:
+        path = local
+        if not path:
+            cached = os.path.join(cache or default_cache(), "OpenSubtitles2018.en-ja.txt.zip")
+            if not os.path.exists(cached) and offline:
+                raise CorpusError(f"missing input: en-ja.txt.zip (from {OPENSUBTITLES_URL}) or "
+                                  f"{', '.join(OPENSUBTITLES_MEMBERS)} in --local-dir")
+            try:
+                path = download(OPENSUBTITLES_URL, cached)
+            except DownloadError as error:
+                raise CorpusError(str(error)) from error
+        with zipfile.ZipFile(path) as bundle:
+            names = {os.path.basename(n): n for n in bundle.namelist()}
+            for member in OPENSUBTITLES_MEMBERS:
+                if member not in names:
+                    raise CorpusError(f"{path}: does not contain {member}")
+            contents = {m: decode_lines(bundle.read(names[m]), m) for m in OPENSUBTITLES_MEMBERS}
+    else:
+        contents = {m: _read_plain(p) for m, p in files.items()}
+    en, ja, ids = (contents[m] for m in OPENSUBTITLES_MEMBERS)
+    if not len(en) == len(ja) == len(ids):
+        raise CorpusError(f"OpenSubtitles: {len(en)} en, {len(ja)} ja and {len(ids)} ids lines differ")
+    src_lang, tgt_lang = direction.split("-")
+    side = {"en": en, "ja": ja}
+    splits = {"train": [], "valid": [], "test": []}
+    for i, line in enumerate(ids):
+        fields = line.split("\t") if "\t" in line else line.split()
+        doc = fields[0] + " " + (fields[1] if len(fields) > 1 else "")  # en file + ja file = one movie pair
+        splits[document_split(doc)].append(i)
+    for split, rows in splits.items():
+        write_split(outdir, split, src_lang, tgt_lang, [side[src_lang][i] for i in rows],
+                    [side[tgt_lang][i] for i in rows])
+        with atomic_write(os.path.join(outdir, f"{split}.docs")) as out:
+            for i in rows:
+                fields = ids[i].split("\t") if "\t" in ids[i] else ids[i].split()
+                out.write(fields[0] + " " + (fields[1] if len(fields) > 1 else "") + "\n")
+        print(f"opensubtitles {split}: {len(rows)} pairs", file=sys.stderr)
+
+
+# -- cleaning (train only, after tokenisation) -------------------------------------------------
+
+
+def clean_pairs(src_lines, tgt_lines, max_len=250, min_len=1, ratio=1.5):
+    """Moses clean-corpus-n: keep pairs whose token counts are in [min_len, max_len]
+    and whose length ratio is at most ``ratio`` (fairseq's WMT scripts: 1-250, 1.5).
+    ``max_len`` 49 gives Cao et al.'s "sentence length less than 50"."""
+    kept = []
+    for s, t in zip(src_lines, tgt_lines):
+        ls, lt = len(s.split()), len(t.split())
+        if not (min_len <= ls <= max_len and min_len <= lt <= max_len):
+            continue
+        if ratio and (ls > ratio * lt or lt > ratio * ls):
+            continue
+        kept.append((s, t))
+    return kept
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    wmt = sub.add_parser("wmt", help="assemble a WMT corpus")
+    wmt.add_argument("--corpus", choices=sorted(CORPORA), required=True)
+    wmt.add_argument("--reverse", action="store_true", help="swap source and target (e.g. de-en)")
+    wmt.add_argument("--extra-train", action="append", default=[], metavar="PREFIX",
+                     help="more training text PREFIX.<src> / PREFIX.<tgt> (e.g. CWMT parts)")
+    aspec = sub.add_parser("aspec", help="ASPEC-JE from local files")
+    aspec.add_argument("--direction", choices=["ja-en", "en-ja"], default="ja-en")
+    aspec.add_argument("--top", type=int, default=1_000_000, help="training pairs with the best alignment scores")
+    aspec.add_argument("--length-eval", action="store_true", help="also write Section 4.3's per-length subsets")
+    subs = sub.add_parser("opensubtitles", help="OpenSubtitles2018 Ja-En (OPUS), 90/5/5 by document")
+    subs.add_argument("--direction", choices=["ja-en", "en-ja"], default="ja-en")
+    clean = sub.add_parser("clean", help="length / ratio filter of a tokenised parallel corpus")
+    clean.add_argument("--src-in", required=True)
+    clean.add_argument("--tgt-in", required=True)
+    clean.add_argument("--src-out", required=True)
+    clean.add_argument("--tgt-out", required=True)
+    clean.add_argument("--max-len", type=int, default=250)
+    clean.add_argument("--ratio", type=float, default=1.5)
+    for p in (wmt, aspec, subs):
+        p.add_argument("--outdir", required=True)
+        p.add_argument("--local-dir", default=None)
+    for p in (wmt, subs):
+        p.add_argument("--cache", default=None)
+        p.add_argument("--offline", action="store_true", help="never download; fail if an input is missing")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "wmt":
+            prepare_wmt(args.corpus, args.outdir, args.local_dir, args.cache, args.offline, args.extra_train, args.reverse)
+        elif args.command == "aspec":
+            prepare_aspec(args.local_dir, args.outdir, args.direction, args.top, args.length_eval)
+        elif args.command == "opensubtitles":
+            prepare_opensubtitles(args.outdir, args.local_dir, args.cache, args.offline, args.direction)
+        else:
+            src, tgt = _read_plain(args.src_in), _read_plain(args.tgt_in)
+            if len(src) != len(tgt):
+                raise CorpusError(f"{args.src_in} has {len(src)} lines but {args.tgt_in} has {len(tgt)}")
+            kept = clean_pairs(src, tgt, args.max_len, ratio=args.ratio)
+            for path, lines in ((args.src_out, [k[0] for k in kept]), (args.tgt_out, [k[1] for k in kept])):
+                with atomic_write(path) as out:
+                    out.writelines(line + "\n" for line in lines)
+            print(f"clean: kept {len(kept)} of {len(src)} pairs", file=sys.stderr)
+    except (CorpusError, ChecksumError) as error:
+        sys.exit(f"{args.command}: {error}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Training settings, per-table experiment definitions and table assembly (scripts/reproduce)."""

@@ -1,0 +1,61 @@
+"""Parameter counts of table rows: each model is built by fairseq from the row's config
+(paper train.args + row args, parsed exactly as fairseq-train does) on in-memory
+dictionaries, on the meta device (shapes only: nothing is allocated or initialised, so a
+whole table takes seconds on CPU; the counts are those of a real build).
+
+Dictionary sizes are not reported by the papers; the assumed sizes (entries per side,
+fairseq's 4 special symbols included) are the ones that put each paper's BASELINE row
+on its published count, so the other rows test the architectures:
+  yang2019 / wang2019: 42,834 per side (shared decoder input/output embeddings) -> 88.0M base;
+  iida2019: source 33,264 and target 32,256 entries (SentencePiece 32K per language, fairseq's
+            specials, padded to a multiple of 8): the only sizes that put BOTH the LSTM baseline
+            (68,460,544) and the Transformer (81,604,608) on Table 5 (two linear equations,
+            512 Vs + 1025 Vt and 512 Vs + 1024 Vt; see docs/notes/experiments.md).
+"""
+import os
+from typing import Dict, Iterable
+
+import torch
+
+from .train import CONFIGS, ROOT, model_args
+
+VOCAB = {"yang2019": (42834, 42834), "wang2019": (42834, 42834), "iida2019": (33264, 32256), "cao": (42834, 42834)}
+
+
+def make_dictionary(entries):
+    from fairseq.data import Dictionary
+
+    dictionary = Dictionary()
+    for i in range(entries - len(dictionary)):
+        dictionary.add_symbol(f"w{i}")
+    assert len(dictionary) == entries
+    return dictionary
+
+
+def count_parameters(arch_args, src_entries, tgt_entries=None, device="meta"):
+    import fairseq  # noqa: F401
+    from fairseq import options
+    from fairseq.tasks.translation import TranslationTask
+
+    import fairseq_ctx.models  # noqa: F401  (registers the architectures)
+
+    parser = options.get_training_parser()
+    argv = ["unused-data", "--user-dir", os.path.join(ROOT, "fairseq_ctx"), "--task", "translation",
+            "--source-lang", "src", "--target-lang", "tgt", *arch_args]
+    args = options.parse_args_and_arch(parser, argv)
+    task = TranslationTask(args, make_dictionary(src_entries), make_dictionary(tgt_entries or src_entries))
+    with torch.device(device):
+        model = task.build_model(args)
+    return sum(p.numel() for p in model.parameters())
+
+
+def count_rows(table, rows: Iterable = None, device="meta") -> Dict[str, object]:
+    """row key -> parameter count (or the error text when an architecture is missing)."""
+    counts = {}
+    for row in rows or table.rows:
+        try:
+            counts[row.key] = count_parameters(model_args(os.path.join(CONFIGS, row.config)),
+                                               *VOCAB[table.paper], device=device)
+        except Exception as error:  # noqa: BLE001  (an arch not landed yet: say so in the table)
+            counts[row.key] = f"not built: {type(error).__name__}: {str(error).splitlines()[0][:80]}"
+    return counts

@@ -1,0 +1,56 @@
+# Shared by scripts/data/prepare-*.sh (sourced): the step / atomic-rename / settings
+# pattern of scripts/prepare-tatoeba.sh.
+#   check_settings "STRING"   refuse to reuse $out prepared with other settings
+#   run_step NAME FUNC        FUNC fills "$partial"; renamed to $out/NAME on success only
+PY=${PY:-python}
+FAIRSEQ_PREPROCESS=${FAIRSEQ_PREPROCESS:-fairseq-preprocess}
+WORKERS=${WORKERS:-$(nproc 2>/dev/null || echo 1)}
+
+die() { echo "$prog: $*" >&2; exit 2; }
+
+check_settings() {
+    mkdir -p "$out"
+    if [ -f "$out/settings" ] && [ "$(cat "$out/settings")" != "$1" ]; then
+        die "$out was prepared with different settings ($(cat "$out/settings")); remove it or pass another --out"
+    fi
+    echo "$1" > "$out/settings"
+}
+
+run_step() {
+    local name=$1; shift
+    if [ -d "$out/$name" ]; then echo "$prog: $name: done already, skipping"; return; fi
+    partial="$out/$name.partial"
+    rm -rf "$partial"; mkdir -p "$partial"
+    echo "$prog: $name ..."
+    "$@"
+    mv "$partial" "$out/$name"
+}
+
+# tokenise every split of both languages: tok_splits SRC TGT SPLIT...
+tok_splits() {
+    local src=$1 tgt=$2; shift 2
+    local s l inputs outputs
+    for l in "$src" "$tgt"; do
+        inputs=(); outputs=()
+        for s in "$@"; do inputs+=("$out/raw/$s.$l"); outputs+=("$partial/$s.$l"); done
+        $PY -m fairseq_ctx.data.pretokenize --lang "$l" --workers "$WORKERS" \
+            --input "${inputs[@]}" --output "${outputs[@]}"
+    done
+}
+
+# fairseq-preprocess of $out/$1/{train,valid,test}: binarize PREFIX_DIR SRC TGT [extra args]
+binarize() {
+    local dir=$1 src=$2 tgt=$3; shift 3
+    $FAIRSEQ_PREPROCESS --source-lang "$src" --target-lang "$tgt" \
+        --trainpref "$out/$dir/train" --validpref "$out/$dir/valid" --testpref "$out/$dir/test" \
+        --destdir "$partial" --workers "$WORKERS" "$@" > "$partial/preprocess.log" 2>&1 \
+        || { cat "$partial/preprocess.log" >&2; return 1; }
+}
+
+# SentencePiece-encode splits of one language: spm_encode MODEL INDIR OUTDIR LANG SPLIT...
+spm_encode() {
+    local model=$1 indir=$2 outdir=$3 l=$4; shift 4
+    local s inputs=() outputs=()
+    for s in "$@"; do inputs+=("$indir/$s.$l"); outputs+=("$outdir/$s.$l"); done
+    $PY -m fairseq_ctx.data.sentencepiece_model encode --model "$model" --input "${inputs[@]}" --output "${outputs[@]}"
+}

@@ -1,0 +1,110 @@
+"""prepare (conftest's Tatoeba slice) -> train a few updates with 2 CPU processes (gloo,
+torchrun) -> average checkpoints -> evaluate (every sentence, sacreBLEU + tokenised BLEU,
+bootstrap, length buckets) -> table; and the gate / routing statistics of trained models."""
+import json
+import os
+import re
+import sys
+
+import pytest
+
+from fairseq_ctx.reproduce import tables
+from tests.conftest import ROOT, TINY_TEST_SENTENCES, run
+
+TINY = ("--encoder-embed-dim 16 --encoder-ffn-embed-dim 32 --encoder-layers 2 --encoder-attention-heads 2 "
+        "--decoder-embed-dim 16 --decoder-ffn-embed-dim 32 --decoder-layers 2 --decoder-attention-heads 2 "
+        "--share-decoder-input-output-embed --optimizer adam --lr 1e-3 --criterion label_smoothed_cross_entropy "
+        "--label-smoothing 0.1 --dropout 0.1")
+CONTEXT_AWARE = "--arch transformer_context_aware --encoder-context deep_global+deep --decoder-context deep_global " + TINY
+CROSS_AGG = "--arch transformer_cross_agg --routing-side both --routing-vertical --routing-horizontal " + TINY
+QUICK = ["--max-tokens", "400", "--num-workers", "0", "--no-progress-bar", "--log-interval", "1",
+         "--required-batch-size-multiple", "1", "--no-epoch-checkpoints", "--seed", "1"]
+
+
+def write_config(tmp_path, name, text):
+    path = tmp_path / "configs" / "testpaper" / f"{name}.args"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# tiny test row\n{text}\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def distributed_run(tiny_corpus, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pipeline")
+    config = write_config(tmp, "context_aware", CONTEXT_AWARE)
+    save_dir = tmp / "ckpt"
+    proc = run(
+        ["bash", os.path.join(ROOT, "scripts", "train", "train.sh"), config, "cpu", "--gpus", "2",
+         "--launcher", "torchrun", "--backend", "gloo", "--master-port", str(29500 + os.getpid() % 400),
+         "--data", str(tiny_corpus / "bin"), "--save-dir", str(save_dir), "--",
+         *QUICK, "--max-update", "4", "--save-interval-updates", "2", "--keep-interval-updates", "5"])
+    return tmp, save_dir, proc.stdout + proc.stderr
+
+
+def test_two_cpu_processes_train_through_fairseq_distributed(distributed_run):
+    _, save_dir, log = distributed_run
+    assert "initialized host" in log and re.search(r"distributed init \(rank 1\)", log), log[-3000:]
+    assert "'distributed_world_size': 2" in log and "'distributed_backend': 'gloo'" in log
+    assert re.search(r"num_updates\D+4\b", log)
+    assert {"checkpoint_1_2.pt", "checkpoint_1_4.pt", "checkpoint_last.pt"} <= set(os.listdir(save_dir))
+
+
+def test_evaluate_averages_checks_every_sentence_and_scores_with_significance(distributed_run, tiny_corpus):
+    tmp, save_dir, _ = distributed_run
+    results = tmp / "results"
+    table = tables.Table("testpaper", "t", "tiny", [tables.Column("Zh-En", "tatoeba", "zh", "en")], [
+        tables.Row("base", "first checkpoint", "unused", {"Zh-En": 1.0}),
+        tables.Row("avg", "average of the last 2", "unused", {"Zh-En": 2.0}),
+        tables.Row("never", "never trained", "unused", {"Zh-En": 3.0}),
+    ])
+    out = {row.key: tables.results_dir(str(results), table, row, table.columns[0]) for row in table.rows}
+    common = [sys.executable, os.path.join(ROOT, "scripts", "eval", "evaluate.py"), "--data", str(tiny_corpus / "bin"),
+              "--src", "zh", "--tgt", "en", "--ref", str(tiny_corpus / "raw" / "test.en"),
+              "--source", str(tiny_corpus / "raw" / "test.zh"), "--beam", "2", "--max-len-b", "12",
+              "--length-buckets", "--bootstrap-samples", "100"]
+    run(common + ["--path", str(save_dir / "checkpoint_1_2.pt"), "--out-dir", os.path.join(out["base"], "eval")])
+    proc = run(common + ["--save-dir", str(save_dir), "--average-last", "2", "--out-dir", os.path.join(out["avg"], "eval"),
+                         "--baseline-hyp", os.path.join(out["base"], "eval", "hyp.detok.en")])
+    result = json.load(open(os.path.join(out["avg"], "eval", "result.json")))
+    assert result["averaged"] == ["checkpoint_1_2.pt", "checkpoint_1_4.pt"]
+    assert result["sentences"] == TINY_TEST_SENTENCES  # not a multiple of 8: nothing dropped
+    assert len(open(os.path.join(out["avg"], "eval", "hyp.detok.en")).read().splitlines()) == TINY_TEST_SENTENCES
+    assert result["sacrebleu"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert "pretok:en" in result["tokenized"]["signature"] and 0 <= result["tokenized"]["bleu"] <= 100
+    assert set(result["bootstrap"]) >= {"baseline", "system", "delta", "p_value"}
+    assert sum(r["sentences"] for r in result["length_buckets"]) == TINY_TEST_SENTENCES
+    assert "BLEU" in proc.stdout
+    text = tables.format_table(table, str(results))
+    lines = {line.split("|")[2].strip(): line for line in text.splitlines() if line.startswith("| ")}
+    assert f"| {result['tokenized']['bleu']}" in lines["average of the last 2"]
+    assert lines["never trained"].count("missing") == 2
+    assert "sacreBLEU: nrefs:1" in text
+
+
+def test_gate_statistics_of_the_context_aware_model(distributed_run, tiny_corpus):
+    tmp, save_dir, _ = distributed_run
+    out = tmp / "gates"
+    run([sys.executable, os.path.join(ROOT, "scripts", "analysis", "gate_statistics.py"), "--data",
+         str(tiny_corpus / "bin"), "--path", str(save_dir / "checkpoint_last.pt"), "--out-dir", str(out)])
+    gates = json.load(open(out / "gates.json"))["gates"]
+    assert [r["layer"] for r in gates["encoder"]] == [1, 2] and [r["layer"] for r in gates["decoder"]] == [1, 2]
+    for row in gates["encoder"] + gates["decoder"]:
+        assert 0 < row["lambda_q"] < 1 and 0 < row["lambda_k"] < 1 and row["positions"] > 0
+    assert "lambda_Q" in (out / "gates.md").read_text()
+
+
+def test_routing_statistics_of_the_cross_aggregation_model(tiny_corpus, tmp_path):
+    config = write_config(tmp_path, "cross_agg", CROSS_AGG)
+    save_dir = tmp_path / "ckpt"
+    run(["bash", os.path.join(ROOT, "scripts", "train", "train.sh"), config, "cpu", "--data",
+         str(tiny_corpus / "bin"), "--save-dir", str(save_dir), "--", *QUICK, "--max-update", "2"])
+    out = tmp_path / "routing"
+    run([sys.executable, os.path.join(ROOT, "scripts", "analysis", "routing_statistics.py"), "--data",
+         str(tiny_corpus / "bin"), "--path", str(save_dir / "checkpoint_last.pt"), "--out-dir", str(out),
+         "--max-batches", "2"])
+    layers = json.load(open(out / "routing.json"))["layers"]
+    assert [(r["side"], r["layer"]) for r in layers] == [("decoder", 1), ("decoder", 2), ("encoder", 1), ("encoder", 2)]
+    for row in layers:
+        assert row["routed_to_logit_ratio"] > 0 and 0 <= row["vertical_coupling_entropy"] <= 1 + 1e-6
+    encoder_lambda = [r["head_lambda"] for r in layers if r["side"] == "encoder"]
+    assert all(len(lam) == 2 and abs(sum(lam) - 1) < 1e-4 for lam in encoder_lambda)  # Eq. 13 softmax over heads
