@@ -82,11 +82,13 @@ do_raw() {
         --src "$src" --tgt "$tgt" --valid-size "$valid_size" --test-size "$test_size" "${limit_opt[@]}"
 }
 do_tok() {
-    local s l
+    local l s inputs outputs
     for l in "$src" "$tgt"; do
-        for s in "${splits[@]}"; do
-            $PY -m fairseq_ctx.data.tokenize --lang "$l" < "$out/raw/$s.$l" > "$partial/$s.$l"
-        done
+        inputs=(); outputs=()
+        for s in "${splits[@]}"; do inputs+=("$out/raw/$s.$l"); outputs+=("$partial/$s.$l"); done
+        # no punctuation normalisation: hypotheses are scored against the raw references
+        $PY -m fairseq_ctx.data.pretokenize --lang "$l" --no-normalize --workers 2 \
+            --input "${inputs[@]}" --output "${outputs[@]}"
     done
 }
 do_bpe() {

@@ -34,8 +34,15 @@ def test_user_dir_sets_torch_load_workaround_before_any_checkpoint_is_read():
     assert proc.stdout.strip().splitlines()[-1] == "1"
 
 
-def test_data_helpers_do_not_import_fairseq():
-    proc = subprocess.run([sys.executable, "-c", "import sys, fairseq_ctx.data.tokenize, fairseq_ctx.evaluate; "
-                           "print('fairseq' in sys.modules)"], capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "False"
+def test_models_register_when_package_is_imported_before_fairseq_user_dir():
+    """fairseq's --user-dir skips a package already in sys.modules: importing it must register."""
+    code = (
+        "import argparse, fairseq_ctx\n"
+        "from fairseq import options\n"
+        f"argv = ['data', '--user-dir', {USER_DIR!r}, '--arch', 'transformer_context_aware']\n"
+        "args = options.parse_args_and_arch(options.get_training_parser(), argv)\n"
+        "print(args.arch)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "transformer_context_aware"
