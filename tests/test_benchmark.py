@@ -1,0 +1,130 @@
+"""CPU smoke test of the benchmark harness (scripts/benchmark.py, fairseq_ctx/benchmarking.py).
+
+Tiny dims, 2 timed steps: stock transformer vs stock transformer with another option,
+and stock lstm vs stock lstm with another option, in ONE run (two baselines, a system
+naming its baseline with ``@``). The architectures of issues 3-6 are added by the lead
+once they exist (see EXTRA_SYSTEMS).
+"""
+import importlib.util
+import json
+import os
+import time
+
+import pytest
+import torch
+
+from fairseq_ctx import benchmarking as B
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (name@baseline=ARGS) of plugin systems to include in the smoke run once they exist.
+EXTRA_SYSTEMS = []
+
+
+def _load_cli():
+    spec = importlib.util.spec_from_file_location("benchmark_cli", os.path.join(ROOT, "scripts", "benchmark.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_system_specs():
+    specs = B.resolve_systems(
+        ["transformer=--arch transformer", "lstm=--arch lstm"],
+        ["a=--arch transformer --dropout 0.2", "b@lstm=--arch lstm --decoder-hidden-size 96"],
+    )
+    by = {s.name: s for s in specs}
+    assert [s.name for s in specs] == ["transformer", "lstm", "a", "b"]
+    assert by["transformer"].is_baseline and by["transformer"].baseline is None
+    assert by["a"].baseline == "transformer"  # default: the first baseline
+    assert by["b"].baseline == "lstm"
+    assert by["b"].args == "--arch lstm --decoder-hidden-size 96"
+    with pytest.raises(ValueError):
+        B.resolve_systems(["t=--arch transformer"], ["x@nope=--arch transformer"])
+    with pytest.raises(ValueError):
+        B.resolve_systems(["t=--arch transformer"], ["t=--arch transformer"])
+    with pytest.raises(ValueError):
+        B.resolve_systems([], ["x=--arch transformer"])
+
+
+def test_dim_overrides_by_family():
+    t = B.build_argv("--arch transformer --encoder-layers 3", "tiny", "/nonexistent")
+    l = B.build_argv("--arch lstm", "tiny", "/nonexistent")
+    assert "--encoder-ffn-embed-dim" in t and "--encoder-hidden-size" not in t
+    assert "--encoder-hidden-size" in l and "--encoder-ffn-embed-dim" not in l
+    # only options the arch accepts (the transformer has no --decoder-input-dim)
+    assert "--decoder-input-dim" not in t
+    # an option given by the system wins: it comes after the override
+    idx = [i for i, a in enumerate(t) if a == "--encoder-layers"]
+    assert t[idx[-1] + 1] == "3"
+    args = B._parse(t)
+    assert args.encoder_layers == 3 and args.encoder_embed_dim == 64 and args.share_all_embeddings
+    assert B.model_family(args) == "transformer" and B.model_family(B._parse(l)) == "lstm"
+    # base: the transformer keeps its own (base) defaults, the lstm gets Iida et al.'s base
+    lb = B._parse(B.build_argv("--arch lstm", "base", "/nonexistent"))
+    assert (lb.encoder_hidden_size, lb.decoder_hidden_size, lb.encoder_bidirectional) == (512, 1024, True)
+    assert "--no-share-all-embeddings" not in B.build_argv("--arch transformer --no-share-all-embeddings", "tiny", "/x")
+    assert "--share-all-embeddings" not in B.build_argv("--arch transformer --no-share-all-embeddings", "tiny", "/x")
+
+
+def test_batches_are_deterministic_and_fairseq_shaped():
+    d = B.make_dictionary(100)
+    assert len(d) == 100
+    a = B.make_batches(d, 10, 3, 2, seed=1, device="cpu")
+    b = B.make_batches(d, 10, 3, 2, seed=1, device="cpu")
+    for x, y in zip(a, b):
+        assert torch.equal(x["net_input"]["src_tokens"], y["net_input"]["src_tokens"])
+        assert torch.equal(x["target"], y["target"])
+    x = a[0]
+    src = x["net_input"]["src_tokens"]
+    assert src.shape[0] == 3 and 8 <= src.shape[1] <= 10
+    assert (src[:, -1] == d.eos()).all()  # left-padded source, EOS last
+    assert (x["net_input"]["prev_output_tokens"][:, 0] == d.eos()).all()
+    assert x["ntokens"] == int(x["target"].ne(d.pad()).sum())
+
+
+def test_smoke_run_cpu(tmp_path):
+    cli = _load_cli()
+    out_json, out_md = tmp_path / "b.json", tmp_path / "b.md"
+    argv = [
+        "--baseline", "transformer=--arch transformer",
+        "--baseline", "lstm=--arch lstm",
+        "--system", "noscale=--arch transformer --no-scale-embedding",
+        "--system", "lstm96@lstm=--arch lstm --decoder-hidden-size 96",
+        "--system", "broken=--arch no_such_arch",  # reported as failed, the rest goes on
+        *sum((["--system", s] for s in EXTRA_SYSTEMS), []),
+        "--dims", "tiny", "--src-lens", "8", "--device", "cpu", "--quick",
+        "--steps", "2", "--warmup", "1", "--batch-sentences", "4", "--vocab", "500",
+        "--memory-isolation", "all", "--threads", "1",
+        "--json", str(out_json), "--markdown", str(out_md),
+    ]
+    t0 = time.time()
+    res = cli.main(argv)
+    elapsed = time.time() - t0
+    data = json.loads(out_json.read_text())
+    names = {"transformer", "lstm", "noscale", "lstm96"}
+    assert set(data["systems"]) >= names
+    assert data["systems"]["lstm96"]["baseline"] == "lstm"
+    assert data["systems"]["noscale"]["baseline"] == "transformer"
+    assert data["systems"]["lstm"]["family"] == "lstm"
+    assert "broken" in data["failed"] and "broken" not in data["systems"]
+    assert "no_such_arch" in data["failed"]["broken"]["error"]
+    rows = {r["system"]: r for r in data["rows"]}
+    for name in names:
+        r = rows[name]
+        assert len(r["train_step_s"]) == 2
+        assert r["train_tok_s"] > 0 and r["decode_beam4_sent_s"] > 0 and r["decode_beam1_sent_s"] > 0
+        assert r["peak_mem_bytes"] > 0
+        for k in ("train_tok_s", "decode_beam4_sent_s", "decode_beam1_sent_s", "peak_mem_bytes", "params"):
+            assert r["ratios"][k] > 0
+    for base in ("transformer", "lstm"):
+        assert all(abs(v - 1.0) < 1e-9 for v in rows[base]["ratios"].values() if not isinstance(v, list))
+        assert rows[base]["ratios"]["train_tok_s_paired"] == 1.0
+    assert rows["noscale"]["ratios"]["train_tok_s_paired"] > 0
+    assert rows["noscale"]["ratios"]["params"] == 1.0  # same parameters, another option
+    assert rows["lstm96"]["ratios"]["params"] < 1.0
+    md = out_md.read_text()
+    assert "| system | vs | src len |" in md and "lstm96" in md and "`broken`: FAILED" in md
+    assert data["meta"]["device"] == "cpu" and data["meta"]["dtype"] == "fp32"
+    assert res["rows"]
+    print(f"smoke run took {elapsed:.1f}s")

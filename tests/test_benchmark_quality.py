@@ -1,0 +1,102 @@
+"""scripts/quality_compare.py: baseline assignment, resume, statistics and sacreBLEU's
+paired bootstrap, with training / evaluation replaced by fakes (the real run is heavy;
+see docs/notes/benchmark.md for a real tiny-budget run)."""
+import importlib.util
+import json
+import os
+import random
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def qc():
+    spec = importlib.util.spec_from_file_location("quality_compare", os.path.join(ROOT, "scripts", "quality_compare.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_baselines_of_demo_configs(qc):
+    cdir = os.path.join(ROOT, "configs", "demo")
+    names = [f[:-5] for f in os.listdir(cdir) if f.endswith(".args")]
+    configs = {n: qc.read_args_file(os.path.join(cdir, n + ".args")) for n in names}
+    base = qc.assign_baselines(configs)
+    for n, args in configs.items():
+        arch = qc.arch_of(args)
+        if arch in ("transformer", "lstm"):
+            assert base[n] is None
+        elif arch.startswith("lstm"):
+            assert qc.arch_of(configs[base[n]]) == "lstm"
+        else:
+            assert qc.arch_of(configs[base[n]]) == "transformer"
+
+
+def test_assign_and_override(qc):
+    configs = {"00-t": ["--arch", "transformer"], "05-l": ["--arch", "lstm"],
+               "06-m": ["--arch", "lstm_multihop"], "01-c": ["--arch", "transformer_context_aware"],
+               "02-t2": ["--arch", "transformer", "--dropout", "0.3"]}
+    b = qc.assign_baselines(configs)
+    assert b == {"00-t": None, "05-l": None, "06-m": "05-l", "01-c": "00-t", "02-t2": "00-t"}
+    b = qc.assign_baselines(configs, ["01-c=02-t2"])
+    assert b["01-c"] == "02-t2"
+    with pytest.raises(ValueError):
+        qc.assign_baselines(configs, ["01-c=nope"])
+
+
+def _refs(n=120, seed=0):
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(300)]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 12))) for _ in range(n)]
+
+
+def test_run_resume_stats_and_paired_bootstrap(qc, tmp_path):
+    refs = _refs()
+    configs = {"00-transformer": ["--arch", "transformer"], "01-good": ["--arch", "transformer_x"],
+               "02-same": ["--arch", "transformer_y"]}
+    baselines = qc.assign_baselines(configs)
+    calls = []
+
+    def fake_train(data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0):
+        calls.append((arch_args[1], seed))
+        os.makedirs(save_dir, exist_ok=True)
+        open(os.path.join(save_dir, "checkpoint_last.pt"), "w").close()
+        return 0.1
+
+    def fake_eval(data_bin, ckpt, ref, beam, out_dir, gen_args=()):
+        arch, seed = calls[-1]
+        rng = random.Random(seed * 7 + len(arch))
+        keep = {"transformer": 0.4, "transformer_x": 0.9, "transformer_y": 0.4}[arch]
+        hyps = [r if rng.random() < keep else "zz yy xx" for r in refs]
+        from sacrebleu.metrics import BLEU
+
+        return {"bleu": round(BLEU().corpus_score(hyps, [refs]).score, 2), "sentences": len(refs)}, hyps
+
+    out = str(tmp_path)
+    res = qc.run(configs, baselines, [1, 2], 10, ["--lr", "1e-3"], "bin", "ref", out,
+                 train_fn=fake_train, eval_fn=fake_eval, log=lambda m: None)
+    assert len(calls) == 6
+    assert not any(p.endswith(".pt") for _, _, fs in os.walk(out) for p in fs)  # checkpoints removed
+    # resume: nothing retrained with the same settings, everything retrained with others
+    res2 = qc.run(configs, baselines, [1, 2], 10, ["--lr", "1e-3"], "bin", "ref", out,
+                  train_fn=fake_train, eval_fn=fake_eval, log=lambda m: None)
+    assert len(calls) == 6
+    assert res2["01-good"][2]["bleu"] == res["01-good"][2]["bleu"]
+    summary = {n: qc.summarize([res[n][s]["bleu"] for s in (1, 2)]) for n in configs}
+    assert summary["01-good"]["mean"] > summary["00-transformer"]["mean"] + 10
+    assert summary["00-transformer"]["std"] >= 0
+    comp = qc.compare(res, baselines, refs, n_samples=200)
+    assert set(comp) == {"01-good", "02-same"}
+    good = comp["01-good"]
+    assert good["baseline"] == "00-transformer" and good["seeds"] == [1, 2]
+    assert all(good["per_seed"][s]["p_value"] < 0.05 for s in (1, 2))
+    assert good["pooled"]["p_value"] < 0.05 and good["significant_better"] == 2
+    assert good["significant_worse"] == 0 and good["mean_diff"] > 10
+    # per-seed BLEU from the bootstrap equals the corpus BLEU of the run
+    assert abs(good["per_seed"][1]["system_bleu"] - res["01-good"][1]["bleu"]) < 0.01
+    md = qc.markdown(summary, comp, baselines, {"updates": 10, "seeds": [1, 2], "date": "d", "data": "x",
+                                                 "test_sentences": len(refs), "beam": 5, "common": "c"})
+    assert "| 01-good | 00-transformer |" in md
+    json.dumps(comp)  # serialisable
