@@ -3,18 +3,24 @@
 # data, the same update budget and the same training settings -> translate the whole
 # test set -> a sacreBLEU table.
 #
-# Knobs (environment): DEMO_UPDATES (default 500), DEMO_ROWS (glob over row names,
+# Rows run DEMO_JOBS at a time (default: the number of cores), each on DEMO_THREADS
+# threads (default 1): on a small CPU machine this is faster than one row on all cores,
+# and it avoids OpenMP threads of concurrent runs spinning against each other.
+#
+# Knobs (environment): DEMO_UPDATES (default 400), DEMO_ROWS (glob over row names,
 # default all, e.g. DEMO_ROWS='00-*'), DEMO_DIR (default work/demo), DEMO_SEED (1),
-# DEMO_BEAM (5), DEMO_PREP_ARGS (extra scripts/prepare-tatoeba.sh options, e.g. a
-# smaller slice), DEMO_GEN_ARGS (extra fairseq-generate options).
-# Rows already trained with the same settings are not trained again.
+# DEMO_BEAM (5), DEMO_JOBS, DEMO_THREADS, DEMO_PREP_ARGS (extra
+# scripts/prepare-tatoeba.sh options, e.g. a smaller slice), DEMO_GEN_ARGS (extra
+# fairseq-generate options). Rows already finished with the same settings are reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DEMO_UPDATES=${DEMO_UPDATES:-500}
+DEMO_UPDATES=${DEMO_UPDATES:-400}
 DEMO_ROWS=${DEMO_ROWS:-*}
 DEMO_DIR=${DEMO_DIR:-work/demo}
 DEMO_SEED=${DEMO_SEED:-1}
 DEMO_BEAM=${DEMO_BEAM:-5}
+DEMO_JOBS=${DEMO_JOBS:-$(nproc)}
+DEMO_THREADS=${DEMO_THREADS:-1}
 DEMO_PREP_ARGS=${DEMO_PREP_ARGS:-}
 DEMO_GEN_ARGS=${DEMO_GEN_ARGS:-}
 PY=${PY:-python}
@@ -32,26 +38,40 @@ for file in configs/demo/$DEMO_ROWS.args; do
     rows+=("$(basename "$file" .args)")
 done
 
-for row in "${rows[@]}"; do
+run_row() {
+    local row=$1 dir=$DEMO_DIR/runs/$1 settings t0 t1
+    local -a arch_args
     read -r -a arch_args < "configs/demo/$row.args"
-    dir=$DEMO_DIR/runs/$row
     settings="updates=$DEMO_UPDATES seed=$DEMO_SEED beam=$DEMO_BEAM gen=$DEMO_GEN_ARGS $(cat configs/demo/train.common "configs/demo/$row.args" | tr '\n' ' ')"
     if [ -f "$dir/bleu.json" ] && [ "$(cat "$dir/settings" 2>/dev/null)" = "$settings" ]; then
-        echo "demo: $row: done already"; continue
+        echo "demo: $row: done already"; return 0
     fi
     rm -rf "$dir"; mkdir -p "$dir"
     echo "demo: $row: training $DEMO_UPDATES updates ($(date +%T))"
     t0=$(date +%s)
-    fairseq-train "$data/bin" --user-dir fairseq_ctx "${common[@]}" "${arch_args[@]}" \
+    OMP_NUM_THREADS=$DEMO_THREADS fairseq-train "$data/bin" --user-dir fairseq_ctx "${common[@]}" "${arch_args[@]}" \
         --max-update "$DEMO_UPDATES" --seed "$DEMO_SEED" --save-dir "$dir/checkpoints" > "$dir/train.log" 2>&1 \
-        || { tail -n 30 "$dir/train.log" >&2; echo "demo: $row: training failed (log: $dir/train.log)" >&2; exit 1; }
+        || { tail -n 30 "$dir/train.log" >&2; echo "demo: $row: training failed (log: $dir/train.log)" >&2; return 1; }
     t1=$(date +%s)
-    $PY -m fairseq_ctx.evaluate --data "$data/bin" --path "$dir/checkpoints/checkpoint_last.pt" \
-        --src zh --tgt en --ref "$data/raw/test.en" --beam "$DEMO_BEAM" --out-dir "$dir/eval" -- "${gen_args[@]}"
+    OMP_NUM_THREADS=$DEMO_THREADS $PY -m fairseq_ctx.evaluate --data "$data/bin" \
+        --path "$dir/checkpoints/checkpoint_last.pt" --src zh --tgt en --ref "$data/raw/test.en" \
+        --beam "$DEMO_BEAM" --out-dir "$dir/eval" -- "${gen_args[@]}" > "$dir/eval.log" 2>&1 \
+        || { cat "$dir/eval.log" >&2; echo "demo: $row: evaluation failed" >&2; return 1; }
     $PY -m fairseq_ctx.demo_table record --run-dir "$dir" --row "$row" --train-seconds $((t1 - t0)) \
         --eval-seconds $(( $(date +%s) - t1 ))
     echo "$settings" > "$dir/settings"
+    echo "demo: $row: $(head -n 1 "$dir/eval.log")"
+}
+
+pids=()
+for row in "${rows[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$DEMO_JOBS" ]; do wait -n || true; done
+    run_row "$row" &
+    pids+=($!)
 done
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 
 $PY -m fairseq_ctx.demo_table show --demo-dir "$DEMO_DIR" --rows "${rows[@]}"
-echo "demo: finished in $(( $(date +%s) - start ))s"
+echo "demo: finished in $(( $(date +%s) - start ))s ($DEMO_JOBS rows at a time, $DEMO_THREADS thread(s) each)"
+exit "$failed"

@@ -46,10 +46,13 @@ out=${out:-work/tatoeba-$src-$tgt}
 mkdir -p "$out"
 
 settings="pair=$pair src=$src tgt=$tgt merges=$merges valid=$valid_size test=$test_size limit=${limit:-all}"
-if [ -f "$out/settings" ] && [ "$(cat "$out/settings")" != "$settings" ]; then
-    die "$out was prepared with different settings ($(cat "$out/settings")); remove it or pass another --out"
+if [ -f "$out/settings" ]; then
+    [ "$(cat "$out/settings")" = "$settings" ] \
+        || die "$out was prepared with different settings ($(cat "$out/settings")); remove it or pass another --out"
+else
+    # atomic, so a concurrent run never reads a half-written file
+    echo "$settings" > "$out/settings.$$" && mv "$out/settings.$$" "$out/settings"
 fi
-echo "$settings" > "$out/settings"
 
 # run_step NAME CMD...: CMD fills "$partial"; renamed to $out/NAME when it succeeds.
 run_step() {

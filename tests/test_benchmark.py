@@ -18,7 +18,12 @@ from fairseq_ctx import benchmarking as B
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # (name@baseline=ARGS) of plugin systems to include in the smoke run once they exist.
-EXTRA_SYSTEMS = []
+EXTRA_SYSTEMS = [
+    "ctx=--arch transformer_context_aware --encoder-context deep_global+deep",
+    "multihop@lstm=--arch lstm_multihop --attention-heads 2 --attention-hops 2",
+    "cross_agg=--arch transformer_cross_agg",
+    "sentential=--arch transformer_sentential --sentential-deep tam",
+]
 
 
 def _load_cli():
@@ -102,7 +107,7 @@ def test_smoke_run_cpu(tmp_path):
     res = cli.main(argv)
     elapsed = time.time() - t0
     data = json.loads(out_json.read_text())
-    names = {"transformer", "lstm", "noscale", "lstm96"}
+    names = {"transformer", "lstm", "noscale", "lstm96", *(s.split("=")[0].split("@")[0] for s in EXTRA_SYSTEMS)}
     assert set(data["systems"]) >= names
     assert data["systems"]["lstm96"]["baseline"] == "lstm"
     assert data["systems"]["noscale"]["baseline"] == "transformer"
