@@ -21,7 +21,7 @@ def record(args):
         result = json.load(handle)
     with open(os.path.join(args.run_dir, "train.log"), encoding="utf-8") as handle:
         log = handle.read()
-    updates = re.findall(r"num_updates=(\d+)", log)
+    updates = re.findall(r"num_updates[= ](\d+)", log)  # train_inner: "=", epoch summary: " "
     result.update(row=args.row, params=count_parameters(log), updates=int(updates[-1]) if updates else None,
                   train_seconds=args.train_seconds, eval_seconds=args.eval_seconds)
     with atomic_write(os.path.join(args.run_dir, "bleu.json")) as handle:

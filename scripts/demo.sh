@@ -60,7 +60,7 @@ run_row() {
     $PY -m fairseq_ctx.demo_table record --run-dir "$dir" --row "$row" --train-seconds $((t1 - t0)) \
         --eval-seconds $(( $(date +%s) - t1 ))
     echo "$settings" > "$dir/settings"
-    echo "demo: $row: $(head -n 1 "$dir/eval.log")"
+    echo "demo: $row: $(grep -m 1 "^BLEU" "$dir/eval.log")"
 }
 
 pids=()

@@ -1,0 +1,35 @@
+"""scripts/demo.sh end to end on a small slice: train a row, translate every test
+sentence, print the BLEU table; a second run reuses the finished row."""
+import os
+import shutil
+import subprocess
+
+from tests.conftest import ROOT, TINY_TEST_SENTENCES, cli_env
+
+
+def run_demo(demo_dir):
+    env = cli_env()
+    env.update(DEMO_DIR=str(demo_dir), DEMO_ROWS="00-*", DEMO_UPDATES="2", DEMO_BEAM="2",
+               DEMO_GEN_ARGS="--max-len-b 5",
+               DEMO_PREP_ARGS=f"--limit 400 --valid-size 20 --test-size {TINY_TEST_SENTENCES} --merges 300")
+    return subprocess.run(["bash", os.path.join(ROOT, "scripts", "demo.sh")], capture_output=True, text=True,
+                          env=env, cwd=ROOT)
+
+
+def test_demo_trains_a_row_scores_every_sentence_and_prints_the_table(tiny_corpus, tmp_path):
+    demo_dir = tmp_path / "demo"
+    shutil.copytree(tiny_corpus, demo_dir / "data")  # same settings: the prepare steps are skipped
+    first = run_demo(demo_dir)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-4000:]
+    assert "00-transformer: training 2 updates" in first.stdout
+    table = (demo_dir / "table.md").read_text()
+    row = next(line for line in table.splitlines() if line.startswith("| 00-transformer"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "2" and cells[4] == str(TINY_TEST_SENTENCES)  # updates, test sentences
+    assert 0.0 <= float(cells[5]) <= 100.0
+    assert "sacreBLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in table
+    assert table in first.stdout + "\n"
+
+    again = run_demo(demo_dir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "00-transformer: done already" in again.stdout and "training" not in again.stdout
