@@ -12,7 +12,8 @@ from .data.atomic import atomic_write
 
 
 def count_parameters(train_log):
-    match = re.search(r"num\. (?:model )?params: ([\d,]+)", train_log)
+    # "num. model params: N" (fairseq 0.12.2) or "num. shared model params: N" (later)
+    match = re.search(r"num\. (?:shared )?model params: ([\d,]+)", train_log)
     return int(match.group(1).replace(",", "")) if match else None
 
 

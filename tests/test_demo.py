@@ -25,7 +25,8 @@ def test_demo_trains_a_row_scores_every_sentence_and_prints_the_table(tiny_corpu
     table = (demo_dir / "table.md").read_text()
     row = next(line for line in table.splitlines() if line.startswith("| 00-transformer"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[2] == "2" and cells[4] == str(TINY_TEST_SENTENCES)  # updates, test sentences
+    assert cells[1].endswith("M") and cells[2] == "2"  # parameters, updates
+    assert cells[4] == str(TINY_TEST_SENTENCES)  # every test sentence translated
     assert 0.0 <= float(cells[5]) <= 100.0
     assert "sacreBLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in table
     assert table in first.stdout + "\n"
