@@ -4,8 +4,9 @@
 # test set -> a sacreBLEU table.
 #
 # Rows run DEMO_JOBS at a time (default: the number of cores), each on DEMO_THREADS
-# threads (default 1): on a small CPU machine this is faster than one row on all cores,
-# and it avoids OpenMP threads of concurrent runs spinning against each other.
+# threads (default: the cores divided among the rows that run together, so 1 when all
+# cores are busy): on a small CPU machine this is faster than one row on all cores, and
+# it avoids OpenMP threads of concurrent runs spinning against each other.
 #
 # Knobs (environment): DEMO_UPDATES (default 400), DEMO_ROWS (glob over row names,
 # default all, e.g. DEMO_ROWS='00-*'), DEMO_DIR (default work/demo), DEMO_SEED (1),
@@ -20,7 +21,6 @@ DEMO_DIR=${DEMO_DIR:-work/demo}
 DEMO_SEED=${DEMO_SEED:-1}
 DEMO_BEAM=${DEMO_BEAM:-5}
 DEMO_JOBS=${DEMO_JOBS:-$(nproc)}
-DEMO_THREADS=${DEMO_THREADS:-1}
 DEMO_PREP_ARGS=${DEMO_PREP_ARGS:-}
 DEMO_GEN_ARGS=${DEMO_GEN_ARGS:-}
 PY=${PY:-python}
@@ -37,6 +37,11 @@ for file in configs/demo/$DEMO_ROWS.args; do
     [ -f "$file" ] || { echo "demo: no row matches DEMO_ROWS=$DEMO_ROWS" >&2; exit 2; }
     rows+=("$(basename "$file" .args)")
 done
+
+if [ -z "${DEMO_THREADS:-}" ]; then
+    together=$(( ${#rows[@]} < DEMO_JOBS ? ${#rows[@]} : DEMO_JOBS ))
+    DEMO_THREADS=$(( $(nproc) / together > 0 ? $(nproc) / together : 1 ))
+fi
 
 run_row() {
     local row=$1 dir=$DEMO_DIR/runs/$1 settings t0 t1
