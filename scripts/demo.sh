@@ -78,5 +78,5 @@ failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 
 $PY -m fairseq_ctx.demo_table show --demo-dir "$DEMO_DIR" --rows "${rows[@]}"
-echo "demo: finished in $(( $(date +%s) - start ))s ($DEMO_JOBS rows at a time, $DEMO_THREADS thread(s) each)"
+echo "demo: finished in $(( $(date +%s) - start ))s (up to $DEMO_JOBS rows at a time, $DEMO_THREADS thread(s) each)"
 exit "$failed"
