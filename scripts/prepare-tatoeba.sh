@@ -73,16 +73,7 @@ do_tok() {
             --input "${inputs[@]}" --output "${outputs[@]}"
     done
 }
-do_bpe() {
-    local s l
-    for l in "$src" "$tgt"; do
-        subword-nmt learn-bpe -s "$merges" < "$out/tok/train.$l" > "$partial/codes.$l" 2> "$partial/learn-bpe.$l.log" \
-            || { cat "$partial/learn-bpe.$l.log" >&2; return 1; }
-        for s in "${splits[@]}"; do
-            subword-nmt apply-bpe -c "$partial/codes.$l" < "$out/tok/$s.$l" > "$partial/$s.$l"
-        done
-    done
-}
+do_bpe() { bpe_separate "$merges" "$src" "$tgt" "${splits[@]}"; }
 do_bin() { binarize bpe "$src" "$tgt"; }
 
 run_step raw do_raw

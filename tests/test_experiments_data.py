@@ -304,3 +304,21 @@ def test_prepare_opensubtitles_document_split_and_2to2_variant(tmp_path):
     assert "<CONCAT>" in (out / "spm" / "concat" / "train.en").read_text().split()  # kept whole
     assert (out / "bin" / "train.ja-en.ja.bin").exists() and (out / "bin-concat" / "dict.ja.txt").exists()
     assert "<CONCAT>" in (out / "bin-concat" / "dict.en.txt").read_text()
+
+
+def test_prepare_wmt_separate_bpe_learns_one_code_file_per_language(tmp_path):
+    """The --bpe separate path (the WMT17 Zh-En default) on the En-De layout."""
+    local = tmp_path / "downloads"
+    local.mkdir()
+    make_wmt14_en_de(local)
+    out = tmp_path / "wmt14-separate"
+    run(["bash", os.path.join(ROOT, "scripts", "data", "prepare-wmt14-en-de.sh"), "--out", str(out),
+         "--local-dir", str(local), "--offline", "--merges", "60", "--bpe", "separate",
+         "--cache", str(tmp_path / "cache")])
+    assert (out / "bpe" / "codes.en").exists() and (out / "bpe" / "codes.de").exists()
+    assert not (out / "bpe" / "codes").exists()
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            assert len((out / "bpe" / f"{split}.{lang}").read_text().splitlines()) == \
+                len((out / "tok" / f"{split}.{lang}").read_text().splitlines())
+    assert (out / "bin" / "dict.en.txt").read_text() != (out / "bin" / "dict.de.txt").read_text()

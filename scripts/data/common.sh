@@ -57,3 +57,17 @@ spm_encode() {
     for s in "$@"; do inputs+=("$indir/$s.$l"); outputs+=("$outdir/$s.$l"); done
     $PY -m fairseq_ctx.data.sentencepiece_model encode --model "$model" --input "${inputs[@]}" --output "${outputs[@]}"
 }
+
+# subword-nmt BPE learned on $out/tok/train.LANG for each language separately and applied
+# to $out/tok/SPLIT.LANG: bpe_separate MERGES SRC TGT SPLIT...
+bpe_separate() {
+    local merges=$1 src=$2 tgt=$3; shift 3
+    local s l
+    for l in "$src" "$tgt"; do
+        subword-nmt learn-bpe -s "$merges" < "$out/tok/train.$l" > "$partial/codes.$l" 2> "$partial/learn-bpe.$l.log" \
+            || { cat "$partial/learn-bpe.$l.log" >&2; return 1; }
+        for s in "$@"; do
+            subword-nmt apply-bpe -c "$partial/codes.$l" < "$out/tok/$s.$l" > "$partial/$s.$l"
+        done
+    done
+}

@@ -80,13 +80,7 @@ do_bpe() {
             done
         done
     else
-        for l in "$src" "$tgt"; do
-            subword-nmt learn-bpe -s "$merges" < "$out/tok/train.$l" > "$partial/codes.$l" 2> "$partial/learn-bpe.$l.log" \
-                || { cat "$partial/learn-bpe.$l.log" >&2; return 1; }
-            for s in "${splits[@]}"; do
-                subword-nmt apply-bpe -c "$partial/codes.$l" < "$out/tok/$s.$l" > "$partial/$s.$l"
-            done
-        done
+        bpe_separate "$merges" "$src" "$tgt" "${splits[@]}"
     fi
 }
 do_bin() {
