@@ -164,28 +164,11 @@ def make_dictionary(vocab: int):
     return d
 
 
-_PLUGIN_IMPORTED = False
-
-
 def ensure_plugin_imported():
-    """What ``--user-dir`` does in fairseq-train: import the package, then every module
-    under its ``models/`` (and ``tasks/``). fairseq skips that second part when the
-    package is already in sys.modules (as it is here, since this module lives in it),
-    so do it explicitly."""
-    global _PLUGIN_IMPORTED
-    if _PLUGIN_IMPORTED:
-        return
-    from fairseq.models import import_models
-
-    models_path = os.path.join(USER_DIR, "models")
-    if os.path.isdir(models_path):
-        import_models(models_path, "fairseq_ctx.models")
-    tasks_path = os.path.join(USER_DIR, "tasks")
-    if os.path.isdir(tasks_path):
-        from fairseq.tasks import import_tasks
-
-        import_tasks(tasks_path, "fairseq_ctx.tasks")
-    _PLUGIN_IMPORTED = True
+    """Register the plugin's architectures, as ``--user-dir`` does in fairseq-train.
+    Importing ``fairseq_ctx`` registers every module under ``fairseq_ctx/models``
+    (fairseq's own ``--user-dir`` step is skipped for an already-imported package)."""
+    import fairseq_ctx.models  # noqa: F401
 
 
 def _parse(argv: List[str], return_parser: bool = False):

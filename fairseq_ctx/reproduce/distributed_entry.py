@@ -25,8 +25,8 @@ def main():
     import fairseq  # noqa: F401
     from fairseq_cli.train import cli_main
 
-    # this package was imported before fairseq, so --user-dir would find it "already
-    # imported" without its models registered: register them now
+    # this package was imported before fairseq, so --user-dir finds it "already
+    # imported" and does nothing; the package import registered the models (explicit here)
     import fairseq_ctx.models  # noqa: F401
 
     cli_main()
