@@ -78,8 +78,7 @@ def random_batch(bsz=3, srclen=4, seed=0):
         (2, 2, "dependent", True),
     ],
 )
-@pytest.mark.parametrize("path", ["per-step", "prepared-source"])
-def test_module_matches_reference_equations(heads, hops, mode, learned, path):
+def test_module_matches_reference_equations(heads, hops, mode, learned):
     torch.manual_seed(heads * 10 + hops)
     module = MultiHopAttention(QUERY_DIM, SOURCE_DIM, OUTPUT_DIM, heads, hops, mode, learned)
     # larger weights than the init so that the head softmax (Eq. 8) is far from uniform
@@ -87,10 +86,7 @@ def test_module_matches_reference_equations(heads, hops, mode, learned, path):
         for p in module.parameters():
             p.mul_(5)
     query, source, mask = random_batch()
-    if path == "prepared-source":  # the incremental-decoding form (projections per sentence)
-        out, attn = module(query, module.prepare_source(source), mask)
-    else:
-        out, attn = module(query, source, mask)
+    out, attn = module(query, source, mask)
     W_a, W_o, hop_weights = paper_weights(module)
     expected = reference_multihop(query, source, mask, W_a, W_o, hop_weights, mode)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
@@ -139,19 +135,6 @@ def test_padding_positions_do_not_change_output(heads, hops, mode):
     garbage[mask] = 1e4
     out_garbage, _ = module(query, garbage, mask)
     torch.testing.assert_close(out, out_garbage)
-    out_prepared, _ = module(query, module.prepare_source(garbage), mask)
-    torch.testing.assert_close(out, out_prepared)
-
-
-def test_prepared_source_is_a_srclen_first_view_of_batch_major_memory():
-    module = MultiHopAttention(QUERY_DIM, SOURCE_DIM, OUTPUT_DIM, 2, 3, "dependent")
-    _, source, _ = random_batch()
-    prepared = module.prepare_source(source)
-    srclen, bsz = source.shape[:2]
-    # per head: [H | B_1 | B_2 | C_2]
-    assert prepared.shape == (srclen, bsz, 2, 4 * SOURCE_DIM)
-    assert prepared.permute(1, 2, 0, 3).is_contiguous()  # per-step reshape is a view
-    torch.testing.assert_close(prepared[..., 0, :SOURCE_DIM], source)
 
 
 @pytest.mark.parametrize("bad", [dict(num_heads=0), dict(num_hops=0), dict(hop_mode="both")])
@@ -164,8 +147,7 @@ def test_bad_options_raise_one_clear_error(bad):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("prepare", [False, True], ids=["per-step", "prepared-source"])
-def test_low_precision_outputs_finite_with_large_scores(dtype, prepare):
+def test_low_precision_outputs_finite_with_large_scores(dtype):
     torch.manual_seed(2)
     module = MultiHopAttention(QUERY_DIM, SOURCE_DIM, OUTPUT_DIM, 2, 3, "dependent")
     with torch.no_grad():
@@ -174,6 +156,6 @@ def test_low_precision_outputs_finite_with_large_scores(dtype, prepare):
     query, source, mask = random_batch()
     module = module.to(dtype)
     source = source.to(dtype)
-    out, attn = module(query.to(dtype), module.prepare_source(source) if prepare else source, mask)
+    out, attn = module(query.to(dtype), source, mask)
     assert out.dtype == dtype
     assert torch.isfinite(out).all() and torch.isfinite(attn).all()

@@ -2,18 +2,13 @@
 
 The model is fairseq's own ``lstm`` model (bidirectional LSTM encoder, LSTM decoder
 with input feeding) whose source-target attention layer is ``MultiHopAttention``.
-The decoder's time loop, its recurrent state and its beam reordering are fairseq's;
-in incremental decoding the subclass prepares the per-sentence projections of the
-encoder states once (``MultiHopAttention.prepare_source``) and keeps them in the
-incremental state, reordered with the beams, for every later step.
+The decoder's time loop, its recurrent state, its incremental state and its beam
+reordering are fairseq's: the attention layer keeps no state of its own.
 """
-from typing import Dict, Optional
-
 from fairseq import utils
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.lstm import LSTMDecoder, LSTMModel
 from fairseq.models.lstm import base_architecture as lstm_base_architecture
-from torch import Tensor
 
 from fairseq_ctx.modules.multihop_attention import HOP_MODES, MultiHopAttention
 
@@ -80,43 +75,6 @@ class MultiHopLSTMDecoder(LSTMDecoder):
             num_hops=num_hops,
             hop_mode=hop_mode,
             learned_score_vector=learned_score_vector,
-        )
-
-    def extract_features(
-        self,
-        prev_output_tokens,
-        encoder_out=None,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-    ):
-        prepared = None
-        # incremental decoding only: training is faster with the hops applied per step
-        # (see MultiHopAttention), and a full forward would use the projections once
-        if encoder_out is not None and incremental_state is not None and self.attention.uses_prepared_source:
-            cached = self.get_incremental_state(incremental_state, "prepared_source")
-            prepared = cached["source"] if cached is not None else None
-            if prepared is None:
-                prepared = self.attention.prepare_source(encoder_out[0])
-            # the stock loop only reads encoder_outs.size(0) and hands it to the attention
-            encoder_out = (prepared,) + tuple(encoder_out[1:])
-        features = super().extract_features(prev_output_tokens, encoder_out, incremental_state)
-        if prepared is not None and incremental_state is not None:
-            # stored after the stock call: it takes a non-empty state to mean "not the first step"
-            self.set_incremental_state(incremental_state, "prepared_source", {"source": prepared})
-        return features
-
-    def reorder_incremental_state(
-        self,
-        incremental_state: Dict[str, Dict[str, Optional[Tensor]]],
-        new_order: Tensor,
-    ):
-        super().reorder_incremental_state(incremental_state, new_order)
-        cached = self.get_incremental_state(incremental_state, "prepared_source")
-        if cached is None or cached["source"] is None:
-            return
-        # reorder in batch-major memory so the per-step view stays a view (no copy per step)
-        batch_major = cached["source"].permute(1, 2, 0, 3).index_select(0, new_order)
-        self.set_incremental_state(
-            incremental_state, "prepared_source", {"source": batch_major.permute(2, 0, 1, 3)}
         )
 
 

@@ -28,14 +28,12 @@ Interpretations (see docs/notes/lstm_multihop.md):
   of W_o, so the same function) to stay weight-compatible with fairseq's layer.
 * No biases: fairseq's attention has none and Table 5 counts none.
 
-Speed: the extra hops are linear in the first-hop contexts (up to the scalars beta),
-so their U_b/U_c projections can be applied to the encoder states once per source
-(``prepare_source``) instead of to the contexts at every decoder step. Measured on CPU
-this pays off in incremental decoding (the projections are cached and reused by every
-step and beam) but not in training, where the per-step gradients of the large
-prepared tensor cost more than the per-step matrix products they replace. So
-``forward`` takes either H (hops applied per step) or the prepared tensor; the fairseq
-decoder passes the prepared tensor only when decoding incrementally.
+Speed: decoding and training both apply the hops to each step's contexts (batched
+over heads). Applying U_b/U_c to the encoder states once per sentence instead (the hops
+are linear in c^(k) up to the scalars beta) was measured slower end to end: fairseq's
+sequence generator reorders every incremental-state tensor at every step, and the
+prepared (srclen x N x 3D) tensor made that copy and the per-step reads 6x larger than
+the encoder states (docs/notes/lstm_multihop.md, "Speed").
 """
 import math
 from typing import Optional, Tuple
@@ -87,9 +85,7 @@ class DependentHop(nn.Module):
         return F.softmax(scores, dim=-1).to(u_b_c.dtype).unsqueeze(-1)  # Eq. 8: over the N heads
 
     def forward(self, queries: Tensor, contexts: Tensor) -> Tuple[Tensor, Tensor]:
-        """One hop applied to step contexts: s^(k), c^(k) (bsz, N, D) -> c'^(k), beta (bsz, N, 1).
-
-        ``MultiHopAttention`` uses the equivalent precomputed form (``prepare_source``)."""
+        """One hop applied to step contexts: s^(k), c^(k) (bsz, N, D) -> c'^(k), beta (bsz, N, 1)."""
         dim = contexts.size(-1)
         projected = head_matmul(contexts, self.context_proj)
         u_b_c, u_c_c = projected[..., :dim], projected[..., dim:]
@@ -107,7 +103,7 @@ class IndependentHop(nn.Module):
         _uniform_(self.context_proj)
 
     def forward(self, queries: Tensor, contexts: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
-        """One hop applied to step contexts (``MultiHopAttention`` uses ``prepare_source``)."""
+        """One hop applied to step contexts: c^(k) (bsz, N, D) -> c'^(k)."""
         return head_matmul(contexts, self.context_proj), None  # Eq. 19
 
 
@@ -157,101 +153,30 @@ class MultiHopAttention(nn.Module):
         _uniform_(self.input_proj.weight)
         _uniform_(self.output_proj.weight)
 
-    @property
-    def uses_prepared_source(self) -> bool:
-        """True when ``prepare_source`` precomputes per-head projections (K > 1)."""
-        return len(self.hops) > 0
-
-    def prepare_source(self, source_hids: Tensor) -> Tensor:
-        """Per-sentence projections of the encoder states, computed once per source.
-
-        Every extra hop is linear in the first-hop context c^(k) = p^(k) H up to the
-        scalars beta (Eq. 9), so U_b^(j,k) and U_c^(j,k) can be applied to H (all source
-        positions at once) instead of to c^(k) at every decoder step:
-            C_0 = H,  B_j^(k) = U_b^(j,k) C_{j-1}^(k),  C_j^(k) = U_c^(j,k) C_{j-1}^(k),
-        and at a step  U_b^(j,k) c^(j-1,k) = (beta^(1..j-1) products) p^(k) B_j^(k).
-        Same values as Eq. 7-9/19; the per-step cost drops from O(D^2) to O(srclen D)
-        per head and hop, and the projections run as large matrix products.
-
-        Returns a (srclen, bsz, N, W) view of batch-major memory holding, per head,
-        [H | B_1 .. B_{K-1} | C_{K-1}] (dependent) or [H | C_{K-1}] (independent).
-        ``srclen`` stays first so fairseq's LSTM decoder can carry it as ``encoder_outs``.
-        """
-        if not self.uses_prepared_source:
-            return source_hids
-        srclen, bsz, dim = source_hids.shape
-        N = self.num_heads
-        flat = source_hids.transpose(0, 1).reshape(bsz * srclen, dim)
-        parts = [flat.unsqueeze(1).expand(-1, N, -1)]
-        contexts = None  # C_{j-1}, per head: (bsz*srclen, N, D)
-        for hop in self.hops:
-            width = hop.context_proj.size(-1)
-            if contexts is None:  # C_0 = H is shared by the heads: one GEMM for all of them
-                weight = hop.context_proj.permute(1, 0, 2).reshape(dim, N * width)
-                projected = torch.matmul(flat, weight).view(-1, N, width)
-            else:
-                projected = head_matmul(contexts, hop.context_proj)
-            if self.hop_mode == "dependent":
-                parts.append(projected[..., :dim])  # B_j = U_b^(j) C_{j-1}
-                contexts = projected[..., dim:]  # C_j = U_c^(j) C_{j-1}
-            else:
-                contexts = projected  # C_j = U_c^(j) C_{j-1} (Eq. 19)
-        parts.append(contexts)
-        values = torch.cat(parts, dim=-1).view(bsz, srclen, N, -1).transpose(1, 2).contiguous()
-        return values.permute(2, 0, 1, 3)  # (srclen, bsz, N, W) view of (bsz, N, srclen, W)
-
     def forward(
         self, query: Tensor, source_hids: Tensor, encoder_padding_mask: Optional[Tensor]
     ) -> Tuple[Tensor, Tensor]:
         """
         Args:
             query: d_i, (bsz, query_dim).
-            source_hids: H, (srclen, bsz, D) (fairseq's LSTM encoder layout): the hops
-                are applied to the step's contexts; or the output of ``prepare_source``
-                (4-D): the hops use the per-sentence projections (same values).
+            source_hids: H, (srclen, bsz, D) (fairseq's LSTM encoder layout).
             encoder_padding_mask: (srclen, bsz), True at padding, or None.
         Returns:
             o_i (bsz, output_dim) and the first-hop attention averaged over heads
             (srclen, bsz), the shape fairseq's LSTM decoder stores for alignment.
         """
-        prepared = source_hids.dim() == 4
-        bsz, srclen, N, D = query.size(0), source_hids.size(0), self.num_heads, self.source_dim
+        bsz, N, D = query.size(0), self.num_heads, self.source_dim
         queries = self.input_proj(query).view(bsz, N, D)  # Eq. 1
-        if prepared:
-            per_head = source_hids.permute(1, 2, 0, 3).reshape(bsz * N, srclen, -1)  # a view
-            keys, values = per_head[..., :D], per_head[..., D:]
-            scores = torch.bmm(queries.view(bsz * N, 1, D), keys.transpose(1, 2)).view(bsz, N, srclen)
-        else:
-            keys = source_hids.transpose(0, 1)  # (bsz, srclen, D), a view: bmm takes the strides
-            scores = torch.bmm(queries, keys.transpose(1, 2))  # (bsz, N, srclen)
+        keys = source_hids.transpose(0, 1)  # (bsz, srclen, D), a view: bmm takes the strides
         # Eq. 2: softmax(s^(k) H^T) H; scores and softmax in fp32
-        scores = scores.float()
+        scores = torch.bmm(queries, keys.transpose(1, 2)).float()  # (bsz, N, srclen)
         if encoder_padding_mask is not None:
             scores = scores.masked_fill(encoder_padding_mask.t().unsqueeze(1), float("-inf"))
         probs = F.softmax(scores, dim=-1)
-        if not prepared:
-            contexts = torch.bmm(probs.to(keys.dtype), keys)  # c^(k): (bsz, N, D)
-            for hop in self.hops:  # Eq. 7-9 or Eq. 19, each hop on the previous hop's output
-                contexts, _ = hop(queries, contexts)
-        else:
-            # p^(k) [B_1 .. B_{K-1} | C_{K-1}] for all heads in one bmm
-            gathered = torch.bmm(probs.view(bsz * N, 1, srclen).to(values.dtype), values).view(bsz, N, -1)
-            contexts = self.apply_hops(queries, gathered)
+        contexts = torch.bmm(probs.to(keys.dtype), keys)  # c^(k): (bsz, N, D)
+        for hop in self.hops:  # Eq. 7-9 or Eq. 19, each hop on the previous hop's output
+            contexts, _ = hop(queries, contexts)
         # Eq. 16: o = tanh(W_o [c'_1; ...; c'_N; d])
         out = torch.tanh(self.output_proj(torch.cat((contexts.reshape(bsz, -1), query), dim=1)))
         attn = (probs[:, 0] if N == 1 else probs.mean(dim=1)).t().to(query.dtype)
         return out, attn
-
-    def apply_hops(self, queries: Tensor, gathered: Tensor) -> Tensor:
-        """Eq. 7-9 (or 19) for every extra hop, from p^(k) times the prepared projections."""
-        D = self.source_dim
-        if self.hop_mode == "independent":
-            return gathered  # p^(k) C_{K-1}^(k) = U_c^(K-1,k) ... U_c^(1,k) c^(k) (Eq. 19)
-        scale = None  # product of the previous hops' beta^(k), (bsz, N, 1)
-        for j, hop in enumerate(self.hops):
-            u_b_c = gathered[..., j * D : (j + 1) * D]  # U_b^(j,k) c^(j-1,k) before scaling
-            if scale is not None:
-                u_b_c = scale * u_b_c
-            beta = hop.head_weights(queries, u_b_c)  # Eq. 7-8
-            scale = beta if scale is None else scale * beta
-        return scale * gathered[..., -D:]  # Eq. 9: c'^(k) = beta^(k) U_c^(k) c^(k), chained
