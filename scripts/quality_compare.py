@@ -24,6 +24,7 @@ Finished runs (same settings) are not retrained, so an interrupted comparison re
 Tiny smoke budget (minutes on 2 CPU cores): ``--updates 20 --configs '00-*' '01-*'``.
 """
 import argparse
+import concurrent.futures
 import glob
 import json
 import math
@@ -214,13 +215,17 @@ def markdown(summary, comparisons, baselines, meta):
 # ---------------------------------------------------------------------------------------
 
 def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam=5,
-        threads=0, gen_args=(), train_fn=train, eval_fn=evaluate, log=print):
-    """Train + evaluate every (config, seed) not done already; returns results."""
-    results = {}
+        threads=0, gen_args=(), train_fn=train, eval_fn=evaluate, log=print, jobs=1):
+    """Train + evaluate every (config, seed) not done already; returns results.
+
+    Runs go seed by seed (every config's seed 1 before any seed 2), ``jobs`` at a time,
+    so an interrupted comparison already holds whole seeds of every config.
+    """
     settings_common = f"updates={updates} beam={beam} common={' '.join(common)} gen={' '.join(gen_args)}"
-    for name in sorted(configs):
-        results[name] = {}
-        for seed in seeds:
+    results = {name: {} for name in configs}
+    todo = []
+    for seed in seeds:
+        for name in sorted(configs):
             run_dir = os.path.join(out_dir, "runs", name, f"seed{seed}")
             settings = f"{settings_common} args={' '.join(configs[name])} seed={seed}"
             done = os.path.join(run_dir, "result.json")
@@ -231,26 +236,42 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                     results[name][seed] = prev
                     log(f"[quality] {name} seed {seed}: done already (BLEU {prev['bleu']})")
                     continue
-            os.makedirs(run_dir, exist_ok=True)
-            log(f"[quality] {name} seed {seed}: training {updates} updates ({time.strftime('%H:%M:%S')})")
-            ckpt_dir = os.path.join(run_dir, "checkpoints")
-            train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir,
-                               os.path.join(run_dir, "train.log"), threads)
-            t0 = time.time()
-            res, hyps = eval_fn(data_bin, os.path.join(ckpt_dir, "checkpoint_last.pt"), ref, beam,
-                                os.path.join(run_dir, "eval"), gen_args=gen_args)
-            rec = {"settings": settings, "bleu": res["bleu"], "signature": res.get("signature"),
-                   "sentences": res.get("sentences"), "train_seconds": round(train_s, 1),
-                   "eval_seconds": round(time.time() - t0, 1), "hyps": hyps}
-            with open(done, "w") as f:
-                json.dump(rec, f)
-            # checkpoints are large and not needed once scored
-            if os.path.isdir(ckpt_dir):
-                for p in glob.glob(os.path.join(ckpt_dir, "*.pt")):
-                    os.remove(p)
-            results[name][seed] = rec
-            log(f"[quality] {name} seed {seed}: BLEU {res['bleu']} "
-                f"(train {train_s:.0f}s, eval {rec['eval_seconds']:.0f}s)")
+            todo.append((name, seed, run_dir, settings))
+
+    def one_run(name, seed, run_dir, settings):
+        os.makedirs(run_dir, exist_ok=True)
+        log(f"[quality] {name} seed {seed}: training {updates} updates ({time.strftime('%H:%M:%S')})")
+        ckpt_dir = os.path.join(run_dir, "checkpoints")
+        train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir,
+                           os.path.join(run_dir, "train.log"), threads)
+        t0 = time.time()
+        res, hyps = eval_fn(data_bin, os.path.join(ckpt_dir, "checkpoint_last.pt"), ref, beam,
+                            os.path.join(run_dir, "eval"), gen_args=gen_args)
+        rec = {"settings": settings, "bleu": res["bleu"], "signature": res.get("signature"),
+               "sentences": res.get("sentences"), "train_seconds": round(train_s, 1),
+               "eval_seconds": round(time.time() - t0, 1), "hyps": hyps}
+        done = os.path.join(run_dir, "result.json")
+        with open(done + ".partial", "w") as f:  # a run counts as done only when complete
+            json.dump(rec, f)
+        os.replace(done + ".partial", done)
+        # checkpoints are large and not needed once scored
+        for p in glob.glob(os.path.join(ckpt_dir, "*.pt")):
+            os.remove(p)
+        log(f"[quality] {name} seed {seed}: BLEU {res['bleu']} "
+            f"(train {train_s:.0f}s, eval {rec['eval_seconds']:.0f}s)")
+        return name, seed, rec
+
+    # each run is a training and a generation subprocess: threads here only wait on them
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(one_run, *job) for job in todo]
+        try:
+            for future in futures:
+                name, seed, rec = future.result()
+                results[name][seed] = rec
+        except BaseException:
+            for future in futures:  # runs not started yet are dropped, running ones finish
+                future.cancel()
+            raise
     return results
 
 
@@ -270,6 +291,8 @@ def main(argv=None):
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--threads", type=int, default=0,
                    help="OMP/MKL threads of each training and generation run")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs at a time (e.g. 2 jobs x 1 thread on 2 cores)")
     p.add_argument("--n-samples", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--out-dir", default="work/quality")
     p.add_argument("--json", default=None, help="default OUT_DIR/quality.json")
@@ -310,7 +333,7 @@ def main(argv=None):
     os.makedirs(a.out_dir, exist_ok=True)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     results = run(configs, baselines, a.seeds, a.updates, common, data_bin, ref, a.out_dir,
-                  a.beam, a.threads, a.gen_args, log=log)
+                  a.beam, a.threads, a.gen_args, log=log, jobs=a.jobs)
     summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
     comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "updates": a.updates, "seeds": a.seeds,

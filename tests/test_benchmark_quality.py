@@ -52,7 +52,8 @@ def _refs(n=120, seed=0):
     return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 12))) for _ in range(n)]
 
 
-def test_run_resume_stats_and_paired_bootstrap(qc, tmp_path):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_run_resume_stats_and_paired_bootstrap(qc, tmp_path, jobs):
     refs = _refs()
     configs = {"00-transformer": ["--arch", "transformer"], "01-good": ["--arch", "transformer_x"],
                "02-same": ["--arch", "transformer_y"]}
@@ -66,7 +67,10 @@ def test_run_resume_stats_and_paired_bootstrap(qc, tmp_path):
         return 0.1
 
     def fake_eval(data_bin, ckpt, ref, beam, out_dir, gen_args=()):
-        arch, seed = calls[-1]
+        # .../runs/NAME/seedS/checkpoints/checkpoint_last.pt (safe with parallel jobs)
+        run_dir = os.path.dirname(os.path.dirname(ckpt))
+        arch = configs[os.path.basename(os.path.dirname(run_dir))][1]
+        seed = int(os.path.basename(run_dir)[len("seed"):])
         rng = random.Random(seed * 7 + len(arch))
         keep = {"transformer": 0.4, "transformer_x": 0.9, "transformer_y": 0.4}[arch]
         hyps = [r if rng.random() < keep else "zz yy xx" for r in refs]
@@ -76,8 +80,11 @@ def test_run_resume_stats_and_paired_bootstrap(qc, tmp_path):
 
     out = str(tmp_path)
     res = qc.run(configs, baselines, [1, 2], 10, ["--lr", "1e-3"], "bin", "ref", out,
-                 train_fn=fake_train, eval_fn=fake_eval, log=lambda m: None)
+                 train_fn=fake_train, eval_fn=fake_eval, log=lambda m: None, jobs=jobs)
     assert len(calls) == 6
+    # seed-major order: every config's seed 1 starts before any seed 2
+    assert [seed for _, seed in calls[:3]] == [1, 1, 1]
+    assert not any(p.endswith(".partial") for _, _, fs in os.walk(out) for p in fs)
     assert not any(p.endswith(".pt") for _, _, fs in os.walk(out) for p in fs)  # checkpoints removed
     # resume: nothing retrained with the same settings, everything retrained with others
     res2 = qc.run(configs, baselines, [1, 2], 10, ["--lr", "1e-3"], "bin", "ref", out,
@@ -100,3 +107,21 @@ def test_run_resume_stats_and_paired_bootstrap(qc, tmp_path):
                                                  "test_sentences": len(refs), "beam": 5, "common": "c"})
     assert "| 01-good | 00-transformer |" in md
     json.dumps(comp)  # serialisable
+
+
+def test_failed_run_raises_and_leaves_no_result(qc, tmp_path):
+    configs = {"00-transformer": ["--arch", "transformer"], "01-broken": ["--arch", "transformer_x"]}
+
+    def train_or_fail(data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0):
+        if arch_args[1] == "transformer_x":
+            raise RuntimeError("training failed (rc 1)")
+        os.makedirs(save_dir, exist_ok=True)
+        return 0.1
+
+    def fake_eval(data_bin, ckpt, ref, beam, out_dir, gen_args=()):
+        return {"bleu": 1.0, "sentences": 1}, ["x"]
+
+    with pytest.raises(RuntimeError, match="training failed"):
+        qc.run(configs, qc.assign_baselines(configs), [1], 10, [], "bin", "ref", str(tmp_path),
+               train_fn=train_or_fail, eval_fn=fake_eval, log=lambda m: None, jobs=2)
+    assert not os.path.exists(tmp_path / "runs" / "01-broken" / "seed1" / "result.json")
