@@ -10,7 +10,7 @@ fairseq glue around ``fairseq_ctx.modules.sentential_context``:
   queried by each layer's input at each target position.
 """
 import argparse
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -38,15 +38,18 @@ from ..modules.sentential_context import (
 )
 
 
+# incremental-state keys of TransparentAttention.project_layers' outputs, in order
+TAM_PROJECTIONS = ("tam_query_keys", "tam_key_offsets", "tam_out_values")
+
+
 class LayerSententialContext(NamedTuple):
     """What one decoder layer reads for one forward call: either the precomputed
-    sentence-level bias W1_g g + b1 (shallow / RNN), or TAM with the keys and
-    values of G (shared by all layers)."""
+    sentence-level bias W1_g g + b1 (shallow / RNN), or TAM with its projections
+    of G (``TransparentAttention.project_layers``, shared by all layers)."""
 
     sentence_bias: Optional[Tensor] = None
     transparent_attention: Optional[TransparentAttention] = None
-    layer_keys: Optional[Tensor] = None
-    layer_values: Optional[Tensor] = None
+    layer_projections: Optional[Tuple[Tensor, Tensor, Tensor]] = None
 
 
 class SententialTransformerEncoder(TransformerEncoderBase):
@@ -131,7 +134,7 @@ class SententialDecoderLayer(TransformerDecoderLayerBase):
             # Eq. 10-11: the paper's query d^l_{i-1} read as this layer's input at
             # target position i (a function of y_<i only), so training stays parallel
             # and incremental decoding needs no extra state.
-            g = context.transparent_attention(x, context.layer_keys, context.layer_values)
+            g = context.transparent_attention(x, *context.layer_projections)
             x = self.sentential_ffn(x, context=g)  # Eq. 2
         else:
             x = self.sentential_ffn(x, sentence_bias=context.sentence_bias)  # Eq. 2
@@ -156,7 +159,7 @@ class SententialTransformerDecoder(TransformerDecoderBase):
     """Transformer decoder whose layers read the sentential context from ``encoder_out``.
 
     Everything that depends only on the source (the sentence bias W1_g g + b1 of
-    every layer, or TAM's keys/values of G) is computed once per sentence: once per
+    every layer, or TAM's projections of G) is computed once per sentence: once per
     forward in training, once per sentence in incremental decoding (kept in the
     incremental state and reordered with the beams).
     """
@@ -202,10 +205,10 @@ class SententialTransformerDecoder(TransformerDecoderBase):
         if encoder_out is None:
             raise ValueError("transformer_sentential's decoder needs encoder_out")
         if self.transparent_attention is not None:
-            keys, values = self.transparent_attention.project_layers(
+            projections = self.transparent_attention.project_layers(
                 encoder_out["sentential_layers"][0]
             )
-            context: Dict[str, Optional[Tensor]] = {"layer_keys": keys, "layer_values": values}
+            context: Dict[str, Optional[Tensor]] = dict(zip(TAM_PROJECTIONS, projections))
         else:
             g = encoder_out["sentential_context"][0]
             context = {
@@ -231,8 +234,7 @@ class SententialTransformerDecoder(TransformerDecoderBase):
             if self.transparent_attention is not None:
                 layer.sentential_context = LayerSententialContext(
                     transparent_attention=self.transparent_attention,
-                    layer_keys=context["layer_keys"],
-                    layer_values=context["layer_values"],
+                    layer_projections=tuple(context[key] for key in TAM_PROJECTIONS),
                 )
             else:
                 layer.sentential_context = LayerSententialContext(

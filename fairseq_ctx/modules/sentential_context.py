@@ -147,12 +147,17 @@ class TransparentAttention(nn.Module):
 
     ATT_g is a multi-head attention with its own parameters over the L layer vectors
     G = {g^1..g^L}. The query is the decoder state at position i (see the model for
-    which state). Keys/values of G do not depend on the query: ``project_layers`` makes
-    them once per sentence and every decoder layer (ATT_g is shared across layers)
-    and every decoding step reuses them. With value/output projections Eq. 10 becomes
+    which state). With value/output projections Eq. 10 becomes
     sum_l beta_{i,l} W_o W_v g^l per head: a learned linear map of the paper's sum,
     which is what a standard attention with its own parameters computes.
     The key projection has no bias (softmax cancels it, see ``AttentivePooling``).
+
+    Everything on the G side is folded once per sentence (``project_layers``; ATT_g is
+    shared by every decoder layer and decoding step): the query projection into the
+    keys, q_h . k_{h,l} = x . (W_q,h^T k_{h,l}) + b_q,h . k_{h,l}, and the output
+    projection into the values, W_o [sum_l beta_{h,l} v_{h,l}]_h = sum_{h,l} beta_{h,l}
+    (W_o,h v_{h,l}). Per target position that leaves two products with H*L vectors
+    instead of two C x C projections (the same function, same parameters).
     """
 
     def __init__(self, query_dim: int, context_dim: int, num_heads: int, dropout: float = 0.0):
@@ -174,22 +179,30 @@ class TransparentAttention(nn.Module):
         for proj in (self.q_proj, self.v_proj, self.out_proj):
             nn.init.zeros_(proj.bias)
 
-    def project_layers(self, layer_contexts: Tensor) -> Tuple[Tensor, Tensor]:
-        """G ``(B, L, C)`` -> keys, values ``(B, H, L, Dh)``."""
-        B, L, _ = layer_contexts.shape
-        keys = self.k_proj(layer_contexts).view(B, L, self.num_heads, self.head_dim)
-        values = self.v_proj(layer_contexts).view(B, L, self.num_heads, self.head_dim)
-        return keys.transpose(1, 2), values.transpose(1, 2)
+    def project_layers(self, layer_contexts: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """G ``(B, L, C)`` -> (query-space keys ``(B, H, L, Cq)``, their score offsets
+        ``(B, H, L)``, output-space values ``(B, H, L, C)``), the scaling included."""
+        B, L, C = layer_contexts.shape
+        H, Dh = self.num_heads, self.head_dim
+        keys = self.k_proj(layer_contexts).view(B, L, H, Dh) * Dh**-0.5
+        values = self.v_proj(layer_contexts).view(B, L, H, Dh)
+        q_weight = self.q_proj.weight.view(H, Dh, -1)  # W_q,h: (Dh, Cq) per head
+        query_keys = torch.einsum("blhd,hdc->bhlc", keys, q_weight)
+        key_offsets = torch.einsum("blhd,hd->bhl", keys, self.q_proj.bias.view(H, Dh))
+        out_weight = self.out_proj.weight.view(C, H, Dh)  # W_o,h: (C, Dh) per head
+        out_values = torch.einsum("blhd,chd->bhlc", values, out_weight)
+        return query_keys, key_offsets, out_values
 
-    def forward(self, query: Tensor, keys: Tensor, values: Tensor) -> Tensor:
-        """query ``(T, B, Cq)``; keys/values from ``project_layers``. Returns ``(T, B, C)``."""
-        T, B, _ = query.shape
-        q = (self.q_proj(query) * self.head_dim**-0.5).view(T, B, self.num_heads, self.head_dim)
-        scores = torch.einsum("tbhd,bhld->tbhl", q, keys.to(q.dtype)).float()
+    def forward(
+        self, query: Tensor, query_keys: Tensor, key_offsets: Tensor, out_values: Tensor
+    ) -> Tensor:
+        """query ``(T, B, Cq)``; the rest from ``project_layers``. Returns ``(T, B, C)``."""
+        scores = torch.einsum("tbc,bhlc->tbhl", query, query_keys.to(query.dtype))
+        scores = scores.float() + key_offsets.float()
         beta = F.softmax(scores, dim=-1)  # Eq. 11, over the L encoder layers
-        beta = F.dropout(beta, p=self.dropout, training=self.training).to(q.dtype)
-        mixed = torch.einsum("tbhl,bhld->tbhd", beta, values.to(q.dtype))  # Eq. 10
-        return self.out_proj(mixed.reshape(T, B, -1))
+        beta = F.dropout(beta, p=self.dropout, training=self.training).to(query.dtype)
+        mixed = torch.einsum("tbhl,bhlc->tbc", beta, out_values.to(query.dtype))  # Eq. 10
+        return mixed + self.out_proj.bias.to(query.dtype)
 
 
 class SententialFeedForward(nn.Module):
