@@ -180,29 +180,31 @@ class TransparentAttention(nn.Module):
             nn.init.zeros_(proj.bias)
 
     def project_layers(self, layer_contexts: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """G ``(B, L, C)`` -> (query-space keys ``(B, H, L, Cq)``, their score offsets
-        ``(B, H, L)``, output-space values ``(B, H, L, C)``), the scaling included."""
+        """G ``(B, L, C)`` -> query-space keys ``(B, Cq, H*L)``, their score offsets
+        ``(B, 1, H*L)`` and output-space values ``(B, H*L, C)``, the scaling included;
+        laid out so that a decoding step is two batched matmuls without copies."""
         B, L, C = layer_contexts.shape
         H, Dh = self.num_heads, self.head_dim
         keys = self.k_proj(layer_contexts).view(B, L, H, Dh) * Dh**-0.5
         values = self.v_proj(layer_contexts).view(B, L, H, Dh)
         q_weight = self.q_proj.weight.view(H, Dh, -1)  # W_q,h: (Dh, Cq) per head
-        query_keys = torch.einsum("blhd,hdc->bhlc", keys, q_weight)
+        query_keys = torch.einsum("blhd,hdc->bchl", keys, q_weight).reshape(B, -1, H * L)
         key_offsets = torch.einsum("blhd,hd->bhl", keys, self.q_proj.bias.view(H, Dh))
         out_weight = self.out_proj.weight.view(C, H, Dh)  # W_o,h: (C, Dh) per head
-        out_values = torch.einsum("blhd,chd->bhlc", values, out_weight)
-        return query_keys, key_offsets, out_values
+        out_values = torch.einsum("blhd,chd->bhlc", values, out_weight).reshape(B, H * L, C)
+        return query_keys, key_offsets.reshape(B, 1, H * L), out_values
 
     def forward(
         self, query: Tensor, query_keys: Tensor, key_offsets: Tensor, out_values: Tensor
     ) -> Tensor:
         """query ``(T, B, Cq)``; the rest from ``project_layers``. Returns ``(T, B, C)``."""
-        scores = torch.einsum("tbc,bhlc->tbhl", query, query_keys.to(query.dtype))
-        scores = scores.float() + key_offsets.float()
+        T, B, _ = query.shape
+        scores = torch.bmm(query.transpose(0, 1), query_keys.to(query.dtype))  # (B, T, H*L)
+        scores = (scores.float() + key_offsets.float()).view(B, T, self.num_heads, -1)
         beta = F.softmax(scores, dim=-1)  # Eq. 11, over the L encoder layers
         beta = F.dropout(beta, p=self.dropout, training=self.training).to(query.dtype)
-        mixed = torch.einsum("tbhl,bhlc->tbc", beta, out_values.to(query.dtype))  # Eq. 10
-        return mixed + self.out_proj.bias.to(query.dtype)
+        mixed = torch.bmm(beta.view(B, T, -1), out_values.to(query.dtype))  # Eq. 10
+        return mixed.transpose(0, 1) + self.out_proj.bias.to(query.dtype)
 
 
 class SententialFeedForward(nn.Module):
