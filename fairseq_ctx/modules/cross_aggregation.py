@@ -98,13 +98,14 @@ def positional_horizontal_routing(
     capsule_position = torch.arange(num_capsules, device=votes.device)
     allowed = (capsule_position[None, :] <= query_position[:, None]).unsqueeze(0)
     allowed = (allowed & ~capsule_padding_mask.unsqueeze(1)).unsqueeze(1)  # (bsz, 1, Lq, T)
-    # finfo.min instead of -inf: a row with no input capsule stays finite (uniform),
-    # and the multiplication by the mask then zeroes it.
-    blocked = torch.finfo(votes.dtype).min
-    if init_agreement is None:
-        agreement = None
-    else:
-        agreement = init_agreement.masked_fill(~allowed, 0.0)
+    # Disallowed inputs get a large finite negative score, ADDED (no masked_fill, nothing
+    # saved for backward): softmax gives them exactly 0 where a row has an input; a row
+    # without any (a padding query) stays finite and its Omega is zeroed at the end.
+    # -1e30, not finfo.min: agreements added to it must not overflow to -inf.
+    score_mask = torch.zeros(allowed.shape, dtype=votes.dtype, device=votes.device)
+    score_mask = score_mask.masked_fill(~allowed, -1e30)
+    has_input = allowed.any(dim=-1, keepdim=True)  # (bsz, 1, Lq, 1)
+    agreement = init_agreement  # None: zero initialisation
     omega = votes.new_zeros(bsz, heads, num_queries, votes.size(-1))
     for step in range(iters):
         if agreement is None:
@@ -117,13 +118,13 @@ def positional_horizontal_routing(
             s = prefix_sum / prefix_count[:, None, :, None]
         else:
             # line 4: softmax over the input capsules t <= l of each output capsule
-            coupling = agreement.masked_fill(~allowed, blocked).softmax(dim=-1) * allowed
+            coupling = (agreement + score_mask).softmax(dim=-1)
             s = torch.matmul(coupling, votes)  # Eq. 8 (sum over t)
         omega = squash(s)  # Eq. 7
         if step + 1 < iters:  # the last agreement update is never read
             update = torch.matmul(omega, votes.transpose(-1, -2))  # line 6
             agreement = update if agreement is None else agreement + update
-    return omega
+    return omega * has_input
 
 
 class CrossAggregation(nn.Module):
