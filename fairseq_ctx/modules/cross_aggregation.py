@@ -65,11 +65,16 @@ def vertical_routing(votes: Tensor, iters: int) -> Tuple[Tensor, Tensor]:
     input capsules of output capsule l.
     Returns Omega~ (bsz, L, M) and the final agreements B (bsz, H, L).
     """
-    agreement = votes.new_zeros(votes.shape[:3])  # Alg. 1 line 2: B = 0
-    omega = votes.new_zeros(votes.shape[0], votes.shape[2], votes.shape[3])
+    if iters < 1:
+        raise ValueError(f"iters (routing iterations T) must be >= 1, got {iters}")
+    agreement = None  # Alg. 1 line 2: B = 0
     for _ in range(iters):
         # elementwise products + reductions: as einsums these become bmm's over bsz*L
         # tiny matrices, which are slow on CPU
+        if agreement is None:  # B = 0: the coupling is uniform, S the mean over heads
+            omega = squash(votes.mean(dim=1))  # Eq. 8, Eq. 7
+            agreement = (votes * omega.unsqueeze(1)).sum(dim=-1)  # line 6
+            continue
         coupling = agreement.softmax(dim=1)  # line 4: softmax over input capsules (heads)
         omega = squash((coupling.unsqueeze(-1) * votes).sum(dim=1))  # Eq. 8, Eq. 7
         agreement = agreement + (votes * omega.unsqueeze(1)).sum(dim=-1)  # line 6
