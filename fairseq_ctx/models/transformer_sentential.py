@@ -230,13 +230,15 @@ class SententialTransformerDecoder(TransformerDecoderBase):
     ):
         context = self.source_side_context(encoder_out, incremental_state)
         layers = self.sentential_layers()
-        for i, layer in enumerate(layers):
-            if self.transparent_attention is not None:
-                layer.sentential_context = LayerSententialContext(
-                    transparent_attention=self.transparent_attention,
-                    layer_projections=tuple(context[key] for key in TAM_PROJECTIONS),
-                )
-            else:
+        if self.transparent_attention is not None:  # one TAM, shared by every layer
+            shared = LayerSententialContext(
+                transparent_attention=self.transparent_attention,
+                layer_projections=tuple(context[key] for key in TAM_PROJECTIONS),
+            )
+            for layer in layers:
+                layer.sentential_context = shared
+        else:
+            for i, layer in enumerate(layers):
                 layer.sentential_context = LayerSententialContext(
                     sentence_bias=context[f"sentence_bias_{i}"]
                 )

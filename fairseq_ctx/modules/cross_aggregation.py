@@ -73,11 +73,11 @@ def vertical_routing(votes: Tensor, iters: int) -> Tuple[Tensor, Tensor]:
         # tiny matrices, which are slow on CPU
         if agreement is None:  # B = 0: the coupling is uniform, S the mean over heads
             omega = squash(votes.mean(dim=1))  # Eq. 8, Eq. 7
-            agreement = (votes * omega.unsqueeze(1)).sum(dim=-1)  # line 6
-            continue
-        coupling = agreement.softmax(dim=1)  # line 4: softmax over input capsules (heads)
-        omega = squash((coupling.unsqueeze(-1) * votes).sum(dim=1))  # Eq. 8, Eq. 7
-        agreement = agreement + (votes * omega.unsqueeze(1)).sum(dim=-1)  # line 6
+        else:
+            coupling = agreement.softmax(dim=1)  # line 4: softmax over input capsules (heads)
+            omega = squash((coupling.unsqueeze(-1) * votes).sum(dim=1))  # Eq. 8, Eq. 7
+        update = (votes * omega.unsqueeze(1)).sum(dim=-1)  # line 6
+        agreement = update if agreement is None else agreement + update
     return omega, agreement
 
 
