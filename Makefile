@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export PY
 
-.PHONY: setup demo test wheelhouse clean-demo
+.PHONY: setup demo test rehearsal wheelhouse clean-demo
 
 setup:
 	bash scripts/setup-env.sh
@@ -14,6 +14,10 @@ demo: setup
 
 test: setup
 	bash scripts/run-tests.sh
+
+# every paper table end to end at smoke scale (tiny models, small real corpora, CPU): minutes
+rehearsal: setup
+	$(PY) -m fairseq_ctx.reproduce.rehearsal
 
 # Download every wheel/sdist needed for an offline install into ./wheelhouse
 # (then on the offline machine: WHEELHOUSE=wheelhouse make setup).

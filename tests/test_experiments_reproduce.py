@@ -33,13 +33,18 @@ def test_dry_run_prints_train_and_eval_for_every_cell(key, tmp_path, capsys):
                              "--data-root", "/data"])
     out = capsys.readouterr().out
     trains = [line for line in out.splitlines() if "fairseq_cli.train" in line]
-    evals = [line for line in out.splitlines() if "scripts/eval/evaluate.py" in line]
-    assert len(trains) == len(evals) == len(table.rows) * len(table.columns)
+    evals = [line for line in out.splitlines() if "fairseq_ctx.analysis.evaluation" in line]
+    assert len(trains) == len(table.rows) * len(table.columns)
+    assert len(evals) == len(trains) if table.kind != "length" else len(evals) >= len(trains)
+    batches = [line for line in out.splitlines() if "effective batch:" in line]
+    assert len(batches) == len(trains)  # one per cell, as a plain integer
+    assert all(re.search(r"effective batch: \d+ tokens", line) for line in batches)
     if table.columns:
         assert all("--save-dir" in line and "--user-dir" in line for line in trains)
-        assert sum("--baseline-hyp" in line for line in evals) == (len(table.rows) - 1) * len(table.columns)
+        assert all("--required-batch-size-multiple 1" in line for line in trains)
         assert text.count("missing") >= len(table.rows) * len(table.columns)  # nothing trained yet
     if key == "iida2019_table2":
+        assert all("--no-epoch-checkpoints" in line for line in trains)  # checkpoint_best / _last only
         assert all("--remove-bpe sentencepiece" in line for line in evals)
         assert sum("--strip-concat" in line and "bin-concat" in line for line in evals) == 2 * len(table.rows)
         assert all("--max-tokens 2000" in line and "--distributed-world-size 2" in line and "nag" in line

@@ -90,6 +90,11 @@ def run(args):
         except RuntimeError as error:
             print(f"evaluate: {error}", file=sys.stderr)
     result["name"] = args.name
+    result["generation"] = {"beam": args.beam, "lenpen": args.lenpen, "max_len_a": args.max_len_a,
+                            "max_len_b": args.max_len_b, "average_last": args.average_last}
+    if args.provenance and os.path.exists(args.provenance):
+        with open(args.provenance, encoding="utf-8") as handle:
+            result["provenance"] = json.load(handle)
     with atomic_write(os.path.join(out_dir, "result.json")) as handle:
         json.dump(result, handle, indent=1)
     return result
@@ -108,8 +113,10 @@ def build_parser():
     parser.add_argument("--subset", default="test")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--lenpen", type=float, default=0.6)
-    parser.add_argument("--max-len-a", type=float, default=0)
-    parser.add_argument("--max-len-b", type=int, default=200)
+    # relative to the source (fairseq: max length = a * source length + b): a fixed bound
+    # (fairseq's default 0 * len + 200) would cut the long-sentence buckets the length tables are about
+    parser.add_argument("--max-len-a", type=float, default=2.0)
+    parser.add_argument("--max-len-b", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--remove-bpe", default=None, help="e.g. 'sentencepiece' (default: fairseq's '@@ ')")
     parser.add_argument("--strip-concat", action="store_true", help="2-to-2: score only the part after <CONCAT>")
@@ -119,6 +126,8 @@ def build_parser():
     parser.add_argument("--length-buckets", action="store_true")
     parser.add_argument("--bucket-width", type=int, default=10)
     parser.add_argument("--name", default=None)
+    parser.add_argument("--provenance", default=None,
+                        help="JSON file of the training run (setting, batch, command, versions) copied into result.json")
     parser.add_argument("--out-dir", required=True)
     return parser
 

@@ -32,10 +32,10 @@ def make_dictionary(entries):
     return dictionary
 
 
-def count_parameters(arch_args, src_entries, tgt_entries=None, device="meta"):
+def parse_model_args(arch_args):
+    """The Namespace fairseq-train builds from these options (arch defaults filled in)."""
     import fairseq  # noqa: F401
     from fairseq import options
-    from fairseq.tasks.translation import TranslationTask
 
     import fairseq_ctx.models  # noqa: F401  (registers the architectures)
 
@@ -43,6 +43,17 @@ def count_parameters(arch_args, src_entries, tgt_entries=None, device="meta"):
     argv = ["unused-data", "--user-dir", os.path.join(ROOT, "fairseq_ctx"), "--task", "translation",
             "--source-lang", "src", "--target-lang", "tgt", *arch_args]
     args = options.parse_args_and_arch(parser, argv)
+    # the arch function fills the defaults only when the model is built: apply it now
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    ARCH_CONFIG_REGISTRY[args.arch](args)
+    return args
+
+
+def count_parameters(arch_args, src_entries, tgt_entries=None, device="meta"):
+    from fairseq.tasks.translation import TranslationTask
+
+    args = parse_model_args(arch_args)
     task = TranslationTask(args, make_dictionary(src_entries), make_dictionary(tgt_entries or src_entries))
     with torch.device(device):
         model = task.build_model(args)

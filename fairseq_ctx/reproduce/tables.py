@@ -12,6 +12,7 @@ Results: <results>/<paper>/<row>/<column>/{checkpoints, eval/result.json}. A tab
 assembled from whatever result.json files exist; missing cells print as "missing".
 """
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -32,6 +33,7 @@ class Column:
     bin: str = "bin"
     remove_bpe: Optional[str] = None  # "sentencepiece" for the SentencePiece corpora
     strip_concat: bool = False
+    subset: str = "test"  # the gen-subset scored (Yang Table 3: valid = newstest2013)
 
 
 @dataclass
@@ -41,6 +43,9 @@ class Row:
     config: str  # configs/<paper>/<file>
     paper: Dict[str, object]  # column name -> the paper's number (BLEU, or params)
     extra: Dict[str, str] = field(default_factory=dict)  # other printed columns of the paper
+    baseline: Optional[str] = None  # row key this row is tested against (None: the table's baseline)
+    column_args: Dict[str, List[str]] = field(default_factory=dict)  # column name -> extra training options
+    claims: Dict[str, object] = field(default_factory=dict)  # parsed fairseq option -> value the row stands for
 
 
 @dataclass
@@ -57,6 +62,15 @@ class Table:
     lenpen: float = 0.6
     params: bool = False  # a parameter-count table
     vocab: Optional[Dict[str, int]] = None  # parameter tables: assumed dictionary sizes (see params.py)
+    kind: str = "bleu"  # bleu | params | length (BLEU per source-length bucket, rows = buckets)
+    speed: bool = False  # the paper prints Train / Decode speed columns
+    delta: bool = False  # the paper prints a BLEU-difference column against the first row
+    # length tables: (row key, mark for p < 0.05, mark for p < 0.01) for each baseline
+    baselines: List[tuple] = field(default_factory=list)
+
+    @property
+    def key(self):
+        return f"{self.paper}_{self.name}"
 
 
 EN_DE = Column("En-De", "wmt14-en-de", "en", "de")
@@ -64,230 +78,379 @@ EN_FR = Column("En-Fr", "wmt14-en-fr", "en", "fr")
 ZH_EN = Column("Zh-En", "wmt17-zh-en", "zh", "en")
 ZH_EN_50 = Column("Zh-En", "wmt17-zh-en-len50", "zh", "en")
 SP = "sentencepiece"
+ASPEC_JA_EN = Column("ASPEC ja-en", "aspec-ja-en", "ja", "en", remove_bpe=SP)
+ASPEC_EN_JA = Column("ASPEC en-ja", "aspec-en-ja", "en", "ja", remove_bpe=SP)
 IIDA_COLUMNS = [
     Column("OS ja-en", "opensubtitles-ja-en", "ja", "en", remove_bpe=SP),
     Column("OS en-ja", "opensubtitles-en-ja", "en", "ja", remove_bpe=SP),
-    Column("ASPEC ja-en", "aspec-ja-en", "ja", "en", remove_bpe=SP),
-    Column("ASPEC en-ja", "aspec-en-ja", "en", "ja", remove_bpe=SP),
+    ASPEC_JA_EN,
+    ASPEC_EN_JA,
     Column("OS+ctx ja-en", "opensubtitles-ja-en", "ja", "en", bin="bin-concat", remove_bpe=SP, strip_concat=True),
     Column("OS+ctx en-ja", "opensubtitles-en-ja", "en", "ja", bin="bin-concat", remove_bpe=SP, strip_concat=True),
 ]
 
+# What each row claims to be, as fairseq parses its config (tests/test_reproduce_tables.py
+# checks every row against these; a row whose config silently means something else fails).
+BASE = {"encoder_embed_dim": 512, "encoder_ffn_embed_dim": 2048, "encoder_attention_heads": 8, "encoder_layers": 6,
+        "decoder_embed_dim": 512, "decoder_layers": 6}
+BIG = {"encoder_embed_dim": 1024, "encoder_ffn_embed_dim": 4096, "encoder_attention_heads": 16, "encoder_layers": 6,
+       "decoder_embed_dim": 1024, "decoder_layers": 6}
+
+
+def _stock(dims, **more):
+    return {"arch": "transformer" if dims is BASE else "transformer_vaswani_wmt_en_de_big", **dims, **more}
+
+
+def _yang(enc, dec, apply="both", dims=BASE):
+    return {"encoder_context": enc, "decoder_context": dec, "context_apply": apply, **dims}
+
+
+def _cao(vertical, init):
+    return {"arch": "transformer_cross_agg", "routing_vertical": vertical, "routing_horizontal": True,
+            "routing_init": init, "routing_side": "encoder", "routing_iters": 3, **BASE}
+
+
+def _wang(global_, deep, dims=BASE):
+    return {"sentential_global": global_, "sentential_deep": deep, **dims}
+
+
+def _iida(heads, hops, mode="dependent"):
+    return {"arch": "lstm_multihop", "attention_heads": heads, "attention_hops": hops, "hop_mode": mode,
+            "encoder_hidden_size": 512, "decoder_hidden_size": 1024}
+
 
 def _iida_rows():
+    lstm = {"arch": "lstm", "encoder_bidirectional": True, "encoder_hidden_size": 512, "decoder_hidden_size": 1024}
     rows = [
-        ("base", "RNN baseline (1 head, 1 hop)", "lstm.args", [12.12, 9.27, 26.41, 36.39, 13.85, 10.24], 68_460_544),
-        ("h2k1", "Multi-head RNN, single hop (2, 1)", "heads2_hops1.args", [12.38, 9.36, 26.63, 36.60, 14.14, 10.32], 70_557_696),
-        ("h3k1", "Multi-head RNN, single hop (3, 1)", "heads3_hops1.args", [12.42, 9.55, 26.98, 36.55, 14.28, 10.53], 72_654_848),
-        ("ind_h2k2", "Multi-hop independent (2, 2)", "independent_heads2_hops2.args", [12.47, 9.61, 26.95, 36.31, 14.16, 10.18], 72_654_848),
-        ("dep_h2k2", "Multi-hop dependent (2, 2)", "lstm_multihop.args", [12.87, 9.89, 27.33, 36.91, 14.41, 10.74], 75_800_576),
-        ("dep_h2k3", "Multi-hop dependent (2, 3)", "dependent_heads2_hops3.args", [12.88, 9.87, 27.39, 37.41, 14.79, 10.79], 81_043_456),
-        ("dep_h3k2", "Multi-hop dependent (3, 2)", "dependent_heads3_hops2.args", [13.03, 9.83, 27.27, 37.54, 14.83, 10.55], 79_994_880),
-        ("dep_h3k3", "Multi-hop dependent (3, 3)", "dependent_heads3_hops3.args", [13.03, 9.76, 27.21, 37.49, 14.52, 10.76], 87_334_912),
-        ("transformer", "Transformer (4 heads)", "transformer.args", [15.20, 10.95, 27.50, 38.25, 15.98, 11.44], 81_604_608),
+        ("base", "RNN baseline (1 head, 1 hop)", "lstm.args", [12.12, 9.27, 26.41, 36.39, 13.85, 10.24], 68_460_544, lstm),
+        ("h2k1", "Multi-head RNN, single hop (2, 1)", "heads2_hops1.args", [12.38, 9.36, 26.63, 36.60, 14.14, 10.32],
+         70_557_696, _iida(2, 1)),
+        ("h3k1", "Multi-head RNN, single hop (3, 1)", "heads3_hops1.args", [12.42, 9.55, 26.98, 36.55, 14.28, 10.53],
+         72_654_848, _iida(3, 1)),
+        ("ind_h2k2", "Multi-hop independent (2, 2)", "independent_heads2_hops2.args",
+         [12.47, 9.61, 26.95, 36.31, 14.16, 10.18], 72_654_848, _iida(2, 2, "independent")),
+        ("dep_h2k2", "Multi-hop dependent (2, 2)", "lstm_multihop.args", [12.87, 9.89, 27.33, 36.91, 14.41, 10.74],
+         75_800_576, _iida(2, 2)),
+        ("dep_h2k3", "Multi-hop dependent (2, 3)", "dependent_heads2_hops3.args",
+         [12.88, 9.87, 27.39, 37.41, 14.79, 10.79], 81_043_456, _iida(2, 3)),
+        ("dep_h3k2", "Multi-hop dependent (3, 2)", "dependent_heads3_hops2.args",
+         [13.03, 9.83, 27.27, 37.54, 14.83, 10.55], 79_994_880, _iida(3, 2)),
+        ("dep_h3k3", "Multi-hop dependent (3, 3)", "dependent_heads3_hops3.args",
+         [13.03, 9.76, 27.21, 37.49, 14.52, 10.76], 87_334_912, _iida(3, 3)),
+        ("transformer", "Transformer (4 heads)", "transformer.args", [15.20, 10.95, 27.50, 38.25, 15.98, 11.44],
+         81_604_608, {"arch": "transformer_iwslt_de_en", "encoder_attention_heads": 4, "encoder_embed_dim": 512}),
     ]
     return rows
 
 
 def _yang_t1():
     rows = [
-        ("base", "1 Base", "transformer_base.args", 27.31, "88.0M", "n/a", "n/a"),
-        ("enc_global", "2 encoder: global", "enc_global.args", 27.96, "91.0M", "encoder", "global context"),
-        ("enc_deep_global", "3 encoder: deep-global", "enc_deep_global.args", 28.15, "99.0M", "encoder", "deep-global context"),
-        ("enc_deep", "4 encoder: deep", "enc_deep.args", 28.01, "95.9M", "encoder", "deep context"),
+        ("base", "1 Base", "transformer_base.args", 27.31, "88.0M", "n/a", "n/a", _stock(BASE)),
+        ("enc_global", "2 encoder: global", "enc_global.args", 27.96, "91.0M", "encoder", "global context",
+         _yang("global", "none")),
+        ("enc_deep_global", "3 encoder: deep-global", "enc_deep_global.args", 28.15, "99.0M", "encoder",
+         "deep-global context", _yang("deep_global", "none")),
+        ("enc_deep", "4 encoder: deep", "enc_deep.args", 28.01, "95.9M", "encoder", "deep context", _yang("deep", "none")),
         ("enc_deep_global_deep", "5 encoder: deep-global + deep", "enc_deep_global_deep.args", 28.26, "106.9M", "encoder",
-         "deep-global context + deep context"),
-        ("dec_deep_global", "6 decoder: deep-global", "dec_deep_global.args", 27.94, "99.0M", "decoder", "deep-global context"),
+         "deep-global context + deep context", _yang("deep_global+deep", "none")),
+        ("dec_deep_global", "6 decoder: deep-global", "dec_deep_global.args", 27.94, "99.0M", "decoder",
+         "deep-global context", _yang("none", "deep_global")),
         ("dec_deep_global_deep", "7 decoder: deep-global + deep", "dec_deep_global_deep.args", 28.02, "106.9M", "decoder",
-         "deep-global context + deep context"),
-        ("both", "8 both: 5 + 7", "both.args", 28.16, "125.8M", "both", "5 + 7"),
+         "deep-global context + deep context", _yang("none", "deep_global+deep")),
+        ("both", "8 both: 5 + 7", "both.args", 28.16, "125.8M", "both", "5 + 7",
+         _yang("deep_global+deep", "deep_global+deep")),
     ]
     return [Row(k, label, f"yang2019/{cfg}", {"En-De": bleu, "# Para.": params},
-                {"Applied to": side, "Context Vectors": ctx}) for k, label, cfg, bleu, params, side, ctx in rows]
+                {"Applied to": side, "Context Vectors": ctx}, claims=claims)
+            for k, label, cfg, bleu, params, side, ctx, claims in rows]
 
+
+# Vaswani et al.'s En-Fr Big uses dropout 0.1 (fairseq's transformer_vaswani_wmt_en_fr_big); the
+# En-De Big arch's 0.3 is for En-De only
+EN_FR_BIG = {"En-Fr": ["--dropout", "0.1"]}
 
 TABLES: Dict[str, Table] = {
     "yang2019_table1": Table("yang2019", "table1", "Yang et al. 2019, Table 1 (WMT14 En-De, Transformer-Base)",
-                             [EN_DE], _yang_t1()),
+                             [EN_DE], _yang_t1(), speed=True),
     "yang2019_table2": Table("yang2019", "table2", "Yang et al. 2019, Table 2 (WMT17 Zh-En, WMT14 En-De)", [ZH_EN, EN_DE], [
-        Row("base", "Transformer-Base", "yang2019/transformer_base.args", {"Zh-En": 24.13, "En-De": 27.31}),
-        Row("enc_deep_global_deep", "+ Context-Aware SANs", "yang2019/enc_deep_global_deep.args", {"Zh-En": 24.67, "En-De": 28.26}),
-        Row("big", "Transformer-Big", "yang2019/transformer_big.args", {"Zh-En": 24.56, "En-De": 28.58}),
-        Row("context_aware_big", "+ Context-Aware SANs", "yang2019/context_aware_big.args", {"Zh-En": 25.15, "En-De": 28.89}),
-    ]),
+        Row("base", "Transformer-Base", "yang2019/transformer_base.args", {"Zh-En": 24.13, "En-De": 27.31},
+            claims=_stock(BASE)),
+        Row("enc_deep_global_deep", "+ Context-Aware SANs", "yang2019/enc_deep_global_deep.args",
+            {"Zh-En": 24.67, "En-De": 28.26}, claims=_yang("deep_global+deep", "none")),
+        Row("big", "Transformer-Big", "yang2019/transformer_big.args", {"Zh-En": 24.56, "En-De": 28.58},
+            claims=_stock(BIG)),
+        Row("context_aware_big", "+ Context-Aware SANs", "yang2019/context_aware_big.args", {"Zh-En": 25.15, "En-De": 28.89},
+            baseline="big", claims=_yang("deep_global+deep", "none", dims=BIG)),
+    ], params=True),
     "yang2019_table3": Table("yang2019", "table3", "Yang et al. 2019, Table 3 (query / key, WMT14 En-De dev = newstest2013)",
-                             [Column("Dev", "wmt14-en-de", "en", "de")], [
-        Row("base", "Transformer-Base (- / -)", "yang2019/transformer_base.args", {"Dev": 25.84}),
-        Row("enc_deep_global_deep", "+ Context-Aware (Query v, Key v)", "yang2019/enc_deep_global_deep.args", {"Dev": 26.42}),
-        Row("apply_key", "+ Context-Aware (Query x, Key v)", "yang2019/apply_key.args", {"Dev": 26.36}),
-        Row("apply_query", "+ Context-Aware (Query v, Key x)", "yang2019/apply_query.args", {"Dev": 26.20}),
+                             [Column("Dev", "wmt14-en-de", "en", "de", subset="valid")], [
+        Row("base", "Transformer-Base (- / -)", "yang2019/transformer_base.args", {"Dev": 25.84}, claims=_stock(BASE)),
+        Row("enc_deep_global_deep", "+ Context-Aware (Query v, Key v)", "yang2019/enc_deep_global_deep.args",
+            {"Dev": 26.42}, claims=_yang("deep_global+deep", "none", "both")),
+        Row("apply_key", "+ Context-Aware (Query x, Key v)", "yang2019/apply_key.args", {"Dev": 26.36},
+            claims=_yang("deep_global+deep", "none", "key")),
+        Row("apply_query", "+ Context-Aware (Query v, Key x)", "yang2019/apply_query.args", {"Dev": 26.20},
+            claims=_yang("deep_global+deep", "none", "query")),
     ]),
     "cao_table1": Table("cao", "table1", "Cao et al., Table 1 (WMT17 Zh-En, length < 50)", [ZH_EN_50], [
-        Row("base", "1 Transformer-Base", "cao/transformer_base.args", {"Zh-En": 24.28}),
-        Row("horizontal_zero", "2 + Horizontal w/ Zero Initialization", "cao/horizontal_zero.args", {"Zh-En": 24.76}),
-        Row("horizontal_self", "3 + Horizontal w/ Self Initialization", "cao/horizontal_self.args", {"Zh-En": 24.88}),
-        Row("cross_zero", "4 + Vertical + Horizontal w/ Zero Initialization", "cao/cross_zero.args", {"Zh-En": 25.02}),
-        Row("cross_self", "5 + Vertical + Horizontal w/ Self Initialization", "cao/cross_self.args", {"Zh-En": 24.68}),
-    ]),
+        Row("base", "1 Transformer-Base", "cao/transformer_base.args", {"Zh-En": 24.28}, claims=_stock(BASE)),
+        Row("horizontal_zero", "2 + Horizontal w/ Zero Initialization", "cao/horizontal_zero.args", {"Zh-En": 24.76},
+            claims=_cao(False, "zero")),
+        Row("horizontal_self", "3 + Horizontal w/ Self Initialization", "cao/horizontal_self.args", {"Zh-En": 24.88},
+            claims=_cao(False, "self")),
+        Row("cross_zero", "4 + Vertical + Horizontal w/ Zero Initialization", "cao/cross_zero.args", {"Zh-En": 25.02},
+            claims=_cao(True, "zero")),
+        Row("cross_self", "5 + Vertical + Horizontal w/ Self Initialization", "cao/cross_self.args", {"Zh-En": 24.68},
+            claims=_cao(True, "self")),
+    ], delta=True),
     "cao_table2": Table("cao", "table2", "Cao et al., Table 2 (WMT17 Zh-En, WMT14 En-De)", [ZH_EN_50, EN_DE], [
-        Row("base", "Transformer-Base", "cao/transformer_base.args", {"Zh-En": 24.28, "En-De": 27.43}),
-        Row("cross_zero", "+ Cross Aggregation", "cao/cross_zero.args", {"Zh-En": 25.02, "En-De": 28.04}),
+        Row("base", "Transformer-Base", "cao/transformer_base.args", {"Zh-En": 24.28, "En-De": 27.43},
+            claims=_stock(BASE)),
+        Row("cross_zero", "+ Cross Aggregation", "cao/cross_zero.args", {"Zh-En": 25.02, "En-De": 28.04},
+            claims=_cao(True, "zero")),
     ]),
     "wang2019_table1": Table("wang2019", "table1", "Wang et al. 2019, Table 1 (WMT14 En-De, Base)", [EN_DE], [
-        Row("base", "1 BASE", "wang2019/transformer_base.args", {"En-De": 27.31, "# Para.": "88.0M"}),
-        Row("medium", "2 Medium", "wang2019/transformer_medium.args", {"En-De": 27.81, "# Para.": "+25.2M"}),
-        Row("shallow_mean", "3 SHALLOW mean pooling", "wang2019/shallow_mean.args", {"En-De": 27.58, "# Para.": "+18.9M"}),
-        Row("shallow_max", "4 SHALLOW max pooling", "wang2019/shallow_max.args", {"En-De": 27.81, "# Para.": "+18.9M"}),
-        Row("shallow_attention", "5 SHALLOW attention", "wang2019/shallow_attention.args", {"En-De": 28.04, "# Para.": "+19.9M"}),
-        Row("deep_rnn", "6 DEEP attention + RNN", "wang2019/deep_rnn.args", {"En-De": 28.38, "# Para.": "+26.8M"}),
-        Row("deep_tam", "7 DEEP attention + TAM", "wang2019/deep_tam.args", {"En-De": 28.33, "# Para.": "+26.4M"}),
-    ]),
+        Row("base", "1 BASE", "wang2019/transformer_base.args", {"En-De": 27.31, "# Para.": "88.0M"}, claims=_stock(BASE)),
+        Row("medium", "2 Medium", "wang2019/transformer_medium.args", {"En-De": 27.81, "# Para.": "+25.2M"},
+            claims=_stock(BASE, decoder_ffn_embed_dim=6144)),
+        Row("shallow_mean", "3 SHALLOW mean pooling", "wang2019/shallow_mean.args", {"En-De": 27.58, "# Para.": "+18.9M"},
+            claims=_wang("mean", "none")),
+        Row("shallow_max", "4 SHALLOW max pooling", "wang2019/shallow_max.args", {"En-De": 27.81, "# Para.": "+18.9M"},
+            claims=_wang("max", "none")),
+        Row("shallow_attention", "5 SHALLOW attention", "wang2019/shallow_attention.args",
+            {"En-De": 28.04, "# Para.": "+19.9M"}, claims=_wang("attention", "none")),
+        Row("deep_rnn", "6 DEEP attention + RNN", "wang2019/deep_rnn.args", {"En-De": 28.38, "# Para.": "+26.8M"},
+            claims=_wang("attention", "rnn")),
+        Row("deep_tam", "7 DEEP attention + TAM", "wang2019/deep_tam.args", {"En-De": 28.33, "# Para.": "+26.4M"},
+            claims=_wang("attention", "tam")),
+    ], speed=True),
     "wang2019_table2": Table("wang2019", "table2", "Wang et al. 2019, Table 2 (WMT14 En-De, En-Fr)", [EN_DE, EN_FR], [
-        Row("base", "TRANSFORMER-BASE", "wang2019/transformer_base.args", {"En-De": 27.31, "En-Fr": 39.32}),
-        Row("deep_rnn", "+ DEEP (RNN)", "wang2019/deep_rnn.args", {"En-De": 28.38, "En-Fr": 40.15}),
-        Row("deep_tam", "+ DEEP (TAM)", "wang2019/deep_tam.args", {"En-De": 28.33, "En-Fr": 40.27}),
-        Row("big", "TRANSFORMER-BIG", "wang2019/transformer_big.args", {"En-De": 28.58, "En-Fr": 41.41}),
-        Row("big_deep_rnn", "+ DEEP (RNN)", "wang2019/big_deep_rnn.args", {"En-De": 29.04, "En-Fr": 41.87}),
-        Row("big_deep_tam", "+ DEEP (TAM)", "wang2019/big_deep_tam.args", {"En-De": 29.19, "En-Fr": 42.04}),
+        Row("base", "TRANSFORMER-BASE", "wang2019/transformer_base.args", {"En-De": 27.31, "En-Fr": 39.32},
+            claims=_stock(BASE)),
+        Row("deep_rnn", "+ DEEP (RNN)", "wang2019/deep_rnn.args", {"En-De": 28.38, "En-Fr": 40.15},
+            claims=_wang("attention", "rnn")),
+        Row("deep_tam", "+ DEEP (TAM)", "wang2019/deep_tam.args", {"En-De": 28.33, "En-Fr": 40.27},
+            claims=_wang("attention", "tam")),
+        Row("big", "TRANSFORMER-BIG", "wang2019/transformer_big.args", {"En-De": 28.58, "En-Fr": 41.41},
+            column_args=EN_FR_BIG, claims=_stock(BIG)),
+        Row("big_deep_rnn", "+ DEEP (RNN)", "wang2019/big_deep_rnn.args", {"En-De": 29.04, "En-Fr": 41.87},
+            baseline="big", column_args=EN_FR_BIG, claims=_wang("attention", "rnn", dims=BIG)),
+        Row("big_deep_tam", "+ DEEP (TAM)", "wang2019/big_deep_tam.args", {"En-De": 29.19, "En-Fr": 42.04},
+            baseline="big", column_args=EN_FR_BIG, claims=_wang("attention", "tam", dims=BIG)),
     ]),
     "iida2019_table2": Table("iida2019", "table2", "Iida et al. 2019, Table 2 (OpenSubtitles2018, ASPEC, OpenSubtitles + context)",
-                             IIDA_COLUMNS, [Row(k, label, f"iida2019/{cfg}", dict(zip([c.name for c in IIDA_COLUMNS], bleu)))
-                                            for k, label, cfg, bleu, _ in _iida_rows()],
+                             IIDA_COLUMNS, [Row(k, label, f"iida2019/{cfg}", dict(zip([c.name for c in IIDA_COLUMNS], bleu)),
+                                                claims=claims)
+                                            for k, label, cfg, bleu, _, claims in _iida_rows()],
                              average_last=0, beam=5, lenpen=1.0),
     "iida2019_table5": Table("iida2019", "table5", "Iida et al. 2019, Table 5 (model parameters)", [], [
-        Row(k, label, f"iida2019/{cfg}", {"Parameter": params}) for k, label, cfg, _, params in _iida_rows()],
-        baseline=None, metric="Parameter", params=True),
+        Row(k, label, f"iida2019/{cfg}", {"Parameter": params}, claims=claims)
+        for k, label, cfg, _, params, claims in _iida_rows()],
+        baseline=None, metric="Parameter", params=True, kind="params"),
 }
+# Iida Tables 3-4: BLEU per source-length bucket of the ASPEC systems of Table 2 (the same trained
+# models), on Section 4.3's per-length test sets; marks against both baselines
+_IIDA_LENGTH_ROWS = [r for r in TABLES["iida2019_table2"].rows if r.key in ("base", "dep_h2k2", "transformer")]
+for _key, _column, _direction in (("iida2019_table3", ASPEC_JA_EN, "ja -> en"), ("iida2019_table4", ASPEC_EN_JA, "en -> ja")):
+    TABLES[_key] = Table("iida2019", _key.split("_")[1], f"Iida et al. 2019, Table {_key[-1]} "
+                         f"(BLEU per sentence length, ASPEC {_direction})", [_column],
+                         [dataclasses.replace(r, paper={}) for r in _IIDA_LENGTH_ROWS], average_last=0, beam=5,
+                         lenpen=1.0, kind="length", baselines=[("base", "\u2191", "\u21d1"), ("transformer", "\u2020", "\u2021")])
 # Yang Table 1 and Wang Table 1 are BLEU tables with a "# Para." column: params() fills it.
 for _key in ("yang2019_table1", "wang2019_table1"):
     TABLES[_key].params = True
 
 
-def results_dir(results, table, row, column):
-    return os.path.join(results, table.paper, row.key, column.name.replace(" ", "_").replace("+", "p"))
+# -- assembling a table from finished cells ----------------------------------------------------------
 
 
-def row_commands(table: Table, row: Row, column: Column, data_root, results, setting=None, train_extra=(),
-                 eval_extra=(), launcher="spawn", gpus=None, python=sys.executable):
-    """(train command, evaluate command) of one cell."""
-    out = results_dir(results, table, row, column)
-    data_dir = os.path.join(data_root, column.data)
-    setting = setting or PAPER_SETTING[table.paper]
-    train = build_command(os.path.join(CONFIGS, row.config), setting, os.path.join(data_dir, column.bin),
-                          os.path.join(out, "checkpoints"), train_extra, launcher=launcher, gpus=gpus, python=python)
-    subset = "valid" if column.name == "Dev" else "test"
-    evaluate = [python, os.path.join(ROOT, "scripts", "eval", "evaluate.py"),
-                "--data", os.path.join(data_dir, column.bin), "--save-dir", os.path.join(out, "checkpoints"),
-                "--src", column.src, "--tgt", column.tgt, "--subset", subset,
-                "--ref", os.path.join(data_dir, "raw", f"{subset}.{column.tgt}"),
-                "--source", os.path.join(data_dir, "raw", f"{subset}.{column.src}"),
-                "--beam", str(table.beam), "--lenpen", str(table.lenpen), "--length-buckets",
-                "--name", row.label, "--out-dir", os.path.join(out, "eval")]
-    if table.average_last:
-        evaluate += ["--average-last", str(table.average_last)]
-    if column.remove_bpe:
-        evaluate += ["--remove-bpe", column.remove_bpe]
-    if column.strip_concat:
-        evaluate += ["--strip-concat"]
-    if table.baseline and row.key != table.baseline:
-        base_row = next(r for r in table.rows if r.key == table.baseline)
-        evaluate += ["--baseline-hyp", os.path.join(results_dir(results, table, base_row, column), "eval",
-                                                    f"hyp.detok.{column.tgt}")]
-    if eval_extra:
-        evaluate += ["--", *eval_extra]
-    return train, evaluate
+def _paper_value(table, row, column_name):
+    """The paper's number as the paper prints it (with its own significance mark)."""
+    printed = paper_tables.printed(table.key, row.key, column_name) if paper_tables else None
+    if printed is not None:
+        return printed
+    value = row.paper.get(column_name)
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return "" if value is None else value
 
 
-def load_result(results, table, row, column):
-    path = os.path.join(results_dir(results, table, row, column), "eval", "result.json")
-    if not os.path.exists(path):
-        return None
+def _read_lines(path):
     with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+        return [line.rstrip("\n") for line in handle]
 
 
-def format_table(table: Table, results, param_counts=None) -> str:
-    """Markdown in the paper's layout: paper's number next to ours for every column."""
+def significance(cell, baseline_cell, subset=None):
+    """Paired bootstrap of a cell against its baseline cell (None if either is missing)."""
+    from ..analysis.scoring import paired_bootstrap
+
+    subset = subset or cell.column.subset
+    if baseline_cell is None or not (cell.evaluated(subset) and baseline_cell.evaluated(subset)):
+        return None
+    column = cell.column
+    hyp = os.path.join(cell.eval_dir(subset), f"hyp.detok.{column.tgt}")
+    base = os.path.join(baseline_cell.eval_dir(subset), f"hyp.detok.{column.tgt}")
+    from .runner import raw_path
+
+    ref = raw_path(cell, subset, column.tgt)
+    return paired_bootstrap(_read_lines(base), _read_lines(hyp), _read_lines(ref), column.tgt, tokenized=True)
+
+
+def baseline_key(table, row):
+    return row.baseline or table.baseline
+
+
+def _bleu(result):
+    return f"{result['tokenized']['bleu']:.2f}"
+
+
+def format_table(table: Table, cells, param_counts=None, speed=None, header_note="") -> str:
+    """Markdown in the paper's layout: the paper's number beside ours in every column."""
+    if table.kind == "length":
+        return format_length_table(table, cells, header_note)
     from ..analysis.scoring import markdown_table, significance_mark
+    from .runner import load_result
 
+    by = {(c.row.key, c.column.name): c for c in cells}
     header = ["#", "Model"] + [k for k in (table.rows[0].extra if table.rows else {})]
-    body = []
     if param_counts is not None:
         header += ["# Para. (paper)", "# Para. (ours)", "delta vs first row (ours)"]
+    if speed is not None:
+        header += ["Train (paper)", "Train (ours, ratio)", "Decode (paper)", "Decode (ours, ratio)"]
     for column in table.columns:
         header += [f"{column.name} (paper)", f"{column.name} (ours, tokenized)", f"{column.name} (sacreBLEU)"]
-    base_count = None
+        if table.delta:
+            header += [f"\u0394 {column.name} (paper)", f"\u0394 {column.name} (ours)"]
+    body, base_count, marks_used = [], None, set()
+    first_scores = {}
     for index, row in enumerate(table.rows, 1):
-        cells = [index, row.label] + list(row.extra.values())
+        cells_ = [index, row.label] + list(row.extra.values())
         if param_counts is not None:
             count = param_counts.get(row.key)
-            paper = row.paper.get("# Para.", row.paper.get("Parameter"))
+            paper = _paper_value(table, row, "# Para.") or row.paper.get("Parameter", "")
             if isinstance(count, int):
                 base_count = count if base_count is None else base_count
-                cells += [f"{paper:,}" if isinstance(paper, int) else paper, f"{count:,} ({count / 1e6:.1f}M)",
-                          f"{count - base_count:+,}"]
+                cells_ += [f"{paper:,}" if isinstance(paper, int) else paper, f"{count:,} ({count / 1e6:.1f}M)",
+                           f"{count - base_count:+,}"]
             else:
-                cells += [paper, count or "missing", ""]
+                cells_ += [paper, count or "missing", ""]
+        if speed is not None:
+            mine = speed.get(row.key, {})
+            cells_ += [_paper_value(table, row, "Train") or "", mine.get("train", "missing"),
+                       _paper_value(table, row, "Decode") or "", mine.get("decode", "missing")]
         for column in table.columns:
-            result = load_result(results, table, row, column)
-            paper = row.paper.get(column.name)
+            cell = by.get((row.key, column.name))
+            result = load_result(cell) if cell else None
+            paper = _paper_value(table, row, column.name)
             if result is None:
-                cells += [paper, "missing", "missing"]
+                cells_ += [paper, "missing", "missing"] + (["", ""] if table.delta else [])
                 continue
-            mark = (significance_mark(result["bootstrap"]["p_value"], result["bootstrap"]["delta"])
-                    if "bootstrap" in result else "")
-            cells += [paper, f"{result['tokenized']['bleu']}{mark}", result["sacrebleu"]["bleu"]]
-        body.append(cells)
-    text = f"### {table.title}\n\n" + markdown_table(header, body)
-    signatures = {json.dumps(load_result(results, table, r, c)["sacrebleu"]["signature"])
-                  for r in table.rows for c in table.columns if load_result(results, table, r, c)}
+            mark = ""
+            base_key = baseline_key(table, row)
+            if base_key and base_key != row.key:
+                test = significance(cell, by.get((base_key, column.name)))
+                if test is not None:
+                    mark = significance_mark(test["p_value"], test["delta"])
+                    marks_used.add(base_key)
+            ours = result["tokenized"]["bleu"]
+            cells_ += [paper, f"{ours:.2f}{mark}", f"{result['sacrebleu']['bleu']:.2f}"]
+            if table.delta:
+                first_scores.setdefault(column.name, (row.paper.get(column.name), ours))
+                paper0, ours0 = first_scores[column.name]
+                value = row.paper.get(column.name)
+                cells_ += [f"{value - paper0:+.2f}" if isinstance(value, float) and isinstance(paper0, float) else "",
+                           f"{ours - ours0:+.2f}"]
+        body.append(cells_)
+    text = f"### {table.title}\n\n{header_note}" + markdown_table(header, body)
+    return text + footer(table, cells, marks_used)
+
+
+def format_length_table(table, cells, header_note=""):
+    """Iida Tables 3-4: one row per source-length bucket, the paper's and our BLEU per system,
+    marks against each of the table's baselines."""
+    from ..analysis.scoring import markdown_table, significance_mark
+    from .runner import length_subsets
+
+    by = {c.row.key: c for c in cells}
+    subsets = {}
+    for cell in cells:
+        subsets.update(length_subsets(cell.data_dir, cell.column))
+    header = ["source length"]
+    for row in table.rows:
+        header += [f"{row.label} (paper)", f"{row.label} (ours)"]
+    body = []
+    for subset, bucket in sorted(subsets.items(), key=lambda kv: int("".join(filter(str.isdigit, kv[1])) or 0)):
+        start = int("".join(filter(str.isdigit, bucket)) or 0)
+        label = f"{start}-{start + 9}"
+        line = [label]
+        for row in table.rows:
+            paper = paper_tables.printed(table.key, row.key, label) if paper_tables else None
+            cell = by.get(row.key)
+            if cell is None or not cell.evaluated(subset):
+                line += [paper or "", "missing"]
+                continue
+            result = json.load(open(cell.result_path(subset), encoding="utf-8"))
+            marks = ""
+            for base_key, single, double in table.baselines:
+                if base_key == row.key:
+                    continue
+                test = significance(cell, by.get(base_key), subset)
+                if test is not None and test["delta"] > 0:
+                    marks += double if test["p_value"] < 0.01 else single if test["p_value"] < 0.05 else ""
+            line += [paper or "", f"{result['tokenized']['bleu']:.2f}{marks}"]
+        body.append(line)
+    text = f"### {table.title}\n\n{header_note}" + markdown_table(header, body)
+    for base_key, single, double in table.baselines:
+        label = next(r.label for r in table.rows if r.key == base_key)
+        text += f"\n{single} / {double}: significantly better than {label} (paired bootstrap, p < 0.05 / 0.01)."
+    return text + "\n" + footer(table, cells, set(), marks=False)
+
+
+def footer(table, cells, marks_used, marks=True):
+    from .runner import load_result
+
+    lines = []
+    signatures = set()
+    for cell in cells:
+        result = load_result(cell)
+        if result:
+            signatures.add(result["sacrebleu"]["signature"])
     if signatures:
-        text += "\nsacreBLEU: " + "; ".join(sorted(s.strip('"') for s in signatures)) + "\n"
-    if table.columns and table.baseline:
-        text += "\n\u2191 / \u21d1: significantly better than the first row (paired bootstrap, p < 0.05 / 0.01).\n"
-    return text
+        lines.append("sacreBLEU: " + "; ".join(sorted(signatures)))
+    if marks and table.columns and table.baseline:
+        for base_key in sorted(marks_used or {table.baseline}):
+            label = next(r.label for r in table.rows if r.key == base_key)
+            against = [r.label for r in table.rows if baseline_key(table, r) == base_key and r.key != base_key]
+            lines.append(f"\u2191 / \u21d1 after ours: significantly better than {label} (paired bootstrap, "
+                         f"p < 0.05 / 0.01), for {', '.join(against)}.")
+    if table.columns:
+        lines += assumptions(table)
+    return "\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def assumptions(table):
+    """Evaluation choices the paper does not state, labelled as ours."""
+    stated = paper_tables.stated(table.paper) if paper_tables else {}
+    choices = {
+        "checkpoint": (f"average of the last {table.average_last} checkpoints" if table.average_last
+                       else "checkpoint_best (lowest validation loss)"),
+        "beam": f"beam {table.beam}",
+        "lenpen": f"length penalty {table.lenpen}",
+    }
+    out = []
+    for what, ours in choices.items():
+        quote = stated.get(what)
+        out.append(f"{ours}: " + (f'as the paper states ("{quote}")' if quote else "ASSUMPTION (the paper does not state it)"))
+    return ["Evaluation: " + "; ".join(out) + "."]
 
 
 def main(table_key, argv=None):
-    table = TABLES[table_key]
-    parser = argparse.ArgumentParser(description=f"Reproduce {table.title}. " + __doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
-    parser.add_argument("--setting", default=None, help=f"training setting (default {PAPER_SETTING[table.paper]})")
-    parser.add_argument("--launcher", choices=["spawn", "torchrun"], default="spawn")
-    parser.add_argument("--gpus", type=int, default=None)
-    parser.add_argument("--data-root", default=os.path.join(ROOT, "work"))
-    parser.add_argument("--results", default=os.path.join(ROOT, "work", "experiments"))
-    parser.add_argument("--only", action="append", default=[], help="row key(s) to run (default: all)")
-    parser.add_argument("--table-only", action="store_true", help="only assemble the table from finished results")
-    parser.add_argument("--params", action="store_true", default=None,
-                        help="count parameters (built on CPU; default for parameter tables)")
-    parser.add_argument("--output", default=None, help="also write the table (markdown) here")
-    args = parser.parse_args(argv)
-    rows = [r for r in table.rows if not args.only or r.key in args.only]
-    if not args.table_only:
-        for row in rows:
-            for column in table.columns:
-                train, evaluate = row_commands(table, row, column, args.data_root, args.results, args.setting,
-                                               launcher=args.launcher, gpus=args.gpus)
-                done = load_result(args.results, table, row, column) is not None
-                for cmd in (train, evaluate):
-                    print(("# done: " if done else "") + shlex.join(cmd), flush=True)
-                    if not (args.dry_run or done):
-                        code = subprocess.call(cmd)
-                        if code:
-                            print(f"reproduce: {row.key} / {column.name} failed ({code}); continuing", file=sys.stderr)
-                            break
-    counts = None
-    if args.params if args.params is not None else table.params:
-        from .params import count_rows
+    from .runner import main as run_main
 
-        counts = count_rows(table, rows)
-    text = format_table(table, args.results, counts)
-    print(text)
-    if args.output:
-        from ..data.atomic import atomic_write
+    return run_main(table_key, argv)
 
-        with atomic_write(args.output) as handle:
-            handle.write(text)
-    return text
+
+try:  # the papers' own numbers and marks, as printed (fairseq_ctx/reproduce/paper_tables.py)
+    from . import paper_tables
+except ImportError:  # noqa: BLE001
+    paper_tables = None

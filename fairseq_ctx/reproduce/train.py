@@ -7,7 +7,9 @@ schedule and training length) is read first, then the row, then the SETTING (har
 batch), then extra arguments: later options override earlier ones (argparse), so a
 setting always decides --max-tokens / --update-freq / precision / world size.
 
-Settings (effective batch = GPUs x max-tokens x update-freq):
+Settings (effective batch = nodes x GPUs per node x max-tokens x update-freq; every
+setting but cpu keeps the paper's, and a node / GPU count that cannot keep it is refused
+unless --allow-batch-change):
   p40     8 GPUs x 4096 tokens, fp32 (Yang / Wang: "eight P40 GPUs, 4096 tokens each")
   cao     2 GPUs x 2048 tokens x update-freq 12, fp32 (Cao: two 1080 Ti, accumulation 12)
   iida    2 GPUs x 2000 tokens, fp32 (Iida: NAG lr 0.005, 20 epochs in configs/iida2019/train.args)
@@ -19,7 +21,8 @@ Launchers: ``spawn`` (default): fairseq-train --distributed-world-size N on one 
 spawns one process per GPU). ``torchrun``: torchrun --nproc-per-node N [--nnodes M --node-rank R
 --master-addr HOST --master-port P] runs fairseq_ctx.reproduce.distributed_entry, which hands
 each process its rank (this also runs on CPU with the gloo backend; see docs/notes/experiments.md).
-Multi-node: run the same torchrun command on every node with its --node-rank.
+Multi-node: run the same torchrun command on every node with its --node-rank. ``slurm``:
+an ``srun`` line for fairseq's own SLURM support (one task per GPU, --distributed-port).
 """
 import argparse
 import math
@@ -27,6 +30,8 @@ import os
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
+from typing import Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = os.path.join(ROOT, "configs")
@@ -63,32 +68,96 @@ def model_args(config):
     return words + read_args_file(config)
 
 
-def modern_batch(reference, gpus, max_tokens_per_gpu):
-    """Same effective batch as ``reference`` on ``gpus`` GPUs with at most
-    ``max_tokens_per_gpu`` tokens each: (max_tokens, update_freq)."""
-    ref_gpus, ref_tokens, ref_freq, _ = SETTINGS[reference]
-    effective = ref_gpus * ref_tokens * ref_freq
-    update_freq = max(1, math.ceil(effective / (gpus * max_tokens_per_gpu)))
-    return effective // (gpus * update_freq), update_freq
+class BatchError(ValueError):
+    """The requested hardware cannot keep the paper's effective batch."""
 
 
-def setting_args(setting, paper=None, gpus=None, max_tokens_per_gpu=16384, reference=None):
-    """(world size, fairseq args) of a setting."""
+def paper_batch(setting):
+    """Effective batch (tokens per update) of a paper setting."""
+    gpus, tokens, freq, _ = SETTINGS[setting]
+    return gpus * tokens * freq
+
+
+def modern_batch(reference, world, max_tokens_per_gpu):
+    """Same effective batch as ``reference`` on ``world`` GPUs in total (all nodes) with at
+    most ``max_tokens_per_gpu`` tokens each: (max_tokens, update_freq)."""
+    effective = paper_batch(reference)
+    update_freq = max(1, math.ceil(effective / (world * max_tokens_per_gpu)))
+    return effective // (world * update_freq), update_freq
+
+
+@dataclass
+class Hardware:
+    """One cell's hardware: processes, tokens per process, accumulation, precision."""
+    nnodes: int
+    gpus: int  # per node (CPU processes for the cpu setting)
+    max_tokens: Optional[int]
+    update_freq: int
+    precision: str
+    paper_effective: Optional[int]  # the paper's tokens per update (None: no paper batch)
+
+    @property
+    def world(self):
+        return self.nnodes * self.gpus
+
+    @property
+    def effective(self):
+        return None if self.max_tokens is None else self.world * self.max_tokens * self.update_freq
+
+    def describe(self):
+        return (f"{self.nnodes} node(s) x {self.gpus} {'process' if self.precision == 'cpu' else 'GPU'}(s) x "
+                f"{self.max_tokens} tokens x update-freq {self.update_freq} ({self.precision})")
+
+    def tag(self, setting):
+        """Directory name: cells of different hardware never share a directory."""
+        return f"{setting}-{self.nnodes}x{self.gpus}x{self.max_tokens}x{self.update_freq}-{self.precision}"
+
+
+def hardware(setting, paper=None, gpus=None, nnodes=1, max_tokens_per_gpu=16384, reference=None,
+             cpu_max_tokens=None, allow_batch_change=False):
+    """The hardware of a setting on ``nnodes`` nodes of ``gpus`` GPUs. The paper's effective
+    batch (nodes x GPUs x max-tokens x update-freq) is kept; a GPU count that cannot keep it
+    is refused (BatchError) unless ``allow_batch_change``."""
+    if nnodes < 1 or (gpus is not None and gpus < 1):
+        raise BatchError(f"--nnodes and --gpus must be positive (got {nnodes}, {gpus})")
     if setting == "cpu":  # --gpus N = N CPU processes (torchrun launcher, gloo)
-        return gpus or 1, ["--cpu"]
+        return Hardware(nnodes, gpus or 1, cpu_max_tokens, 1, "cpu", None)
     if setting == "modern":
         reference = reference or PAPER_SETTING.get(paper, "p40")
         gpus = gpus or _visible_gpus() or 1
-        max_tokens, update_freq = modern_batch(reference, gpus, max_tokens_per_gpu)
-        return gpus, ["--max-tokens", str(max_tokens), "--update-freq", str(update_freq), "--bf16"]
-    if setting not in SETTINGS:
+        max_tokens, update_freq = modern_batch(reference, nnodes * gpus, max_tokens_per_gpu)
+        hw = Hardware(nnodes, gpus, max_tokens, update_freq, "bf16", paper_batch(reference))
+    elif setting in SETTINGS:
+        paper_gpus, tokens, freq, precision = SETTINGS[setting]
+        gpus = gpus or max(1, paper_gpus // nnodes)
+        world = nnodes * gpus
+        # keep the paper's tokens per GPU and accumulate over fewer GPUs (or fewer steps over more)
+        freq = max(1, paper_gpus * freq // world)
+        hw = Hardware(nnodes, gpus, tokens, freq, precision, paper_batch(setting))
+    else:
         raise ValueError(f"unknown setting {setting!r}: one of {', '.join([*SETTINGS, 'modern', 'cpu'])}")
-    world, tokens, freq, _ = SETTINGS[setting]
-    world = gpus or world
-    if gpus and gpus != SETTINGS[setting][0]:
-        # keep the paper's effective batch on a different GPU count
-        freq = max(1, SETTINGS[setting][0] * freq // gpus)
-    return world, ["--max-tokens", str(tokens), "--update-freq", str(freq)]
+    if hw.effective != hw.paper_effective:
+        message = (f"effective batch {hw.effective:,} tokens on {hw.describe()} differs from the paper's "
+                   f"{hw.paper_effective:,}; choose a GPU count (nodes x GPUs) that divides the paper's batch "
+                   f"(e.g. 1, 2, 4, 8), or pass --allow-batch-change to train with it anyway")
+        if not allow_batch_change:
+            raise BatchError(message)
+        print(f"warning: {message}", file=sys.stderr)
+    return hw
+
+
+def setting_args(setting, paper=None, gpus=None, max_tokens_per_gpu=16384, reference=None, nnodes=1,
+                 allow_batch_change=False):
+    """(world size, fairseq args) of a setting."""
+    hw = hardware(setting, paper, gpus, nnodes, max_tokens_per_gpu, reference, allow_batch_change=allow_batch_change)
+    return hw.world, hardware_args(hw)
+
+
+def hardware_args(hw):
+    if hw.precision == "cpu":
+        return ["--cpu"] + ([] if hw.max_tokens is None else ["--max-tokens", str(hw.max_tokens)])
+    args = ["--max-tokens", str(hw.max_tokens), "--update-freq", str(hw.update_freq)]
+    return args + (["--bf16"] if hw.precision == "bf16" else [])
 
 
 def _visible_gpus():
@@ -102,25 +171,52 @@ def _visible_gpus():
 
 def build_command(config, setting, data, save_dir, extra=(), launcher="spawn", gpus=None, nnodes=1,
                   node_rank=0, master_addr="127.0.0.1", master_port=29500, max_tokens_per_gpu=16384,
-                  reference=None, backend=None, python=sys.executable):
-    world, hardware = setting_args(setting, paper_of(config), gpus, max_tokens_per_gpu, reference)
-    args = [data, "--user-dir", USER_DIR, *model_args(config), *hardware,
-            "--save-dir", save_dir, "--required-batch-size-multiple", "8", *extra]
+                  reference=None, backend=None, python=sys.executable, hw=None, allow_batch_change=False):
+    """The training command of one row (``hw``: a Hardware; computed from the setting if None)."""
+    hw = hw or hardware(setting, paper_of(config), gpus, nnodes, max_tokens_per_gpu, reference,
+                        allow_batch_change=allow_batch_change)
+    # --required-batch-size-multiple 1: fairseq drops the last batch of validation otherwise
+    args = [data, "--user-dir", USER_DIR, *model_args(config), *hardware_args(hw),
+            "--save-dir", save_dir, "--required-batch-size-multiple", "1", *extra]
     if backend:
         args += ["--distributed-backend", backend]
-    if setting == "cpu" and world > 1:
+    if hw.precision == "cpu" and hw.world > 1:
         # fairseq's pytorch_ddp wrapper passes device_ids=[device_id], which torch's DDP
         # rejects for CPU modules; legacy_ddp (fairseq's own bucketed all-reduce) works
         args += ["--ddp-backend", "legacy_ddp"]
     if launcher == "torchrun":
-        return [python, "-m", "torch.distributed.run", "--nproc-per-node", str(world), "--nnodes", str(nnodes),
+        return [python, "-m", "torch.distributed.run", "--nproc-per-node", str(hw.gpus), "--nnodes", str(hw.nnodes),
                 "--node-rank", str(node_rank), "--master-addr", master_addr, "--master-port", str(master_port),
                 "-m", "fairseq_ctx.reproduce.distributed_entry", *args]
+    if launcher == "slurm":
+        # fairseq's own SLURM support: one task per GPU; fairseq reads the ranks from SLURM's
+        # environment and rendezvous on the first node at --distributed-port
+        return ["srun", "--nodes", str(hw.nnodes), "--ntasks-per-node", str(hw.gpus), "--gpus-per-node", str(hw.gpus),
+                python, "-m", "fairseq_cli.train", *args, "--distributed-world-size", str(hw.world),
+                "--distributed-port", str(master_port)]
     if launcher != "spawn":
-        raise ValueError(f"unknown launcher {launcher!r} (spawn or torchrun)")
-    if world > 1:
-        args += ["--distributed-world-size", str(world)]
+        raise ValueError(f"unknown launcher {launcher!r} (spawn, torchrun or slurm)")
+    if hw.nnodes > 1:
+        raise BatchError("--nnodes > 1 needs --launcher torchrun (the same command on every node) or slurm")
+    if hw.world > 1:
+        args += ["--distributed-world-size", str(hw.world)]
     return [python, "-m", "fairseq_cli.train", *args]
+
+
+def add_hardware_options(parser):
+    """Options shared by this command and every reproduce script."""
+    parser.add_argument("--launcher", choices=["spawn", "torchrun", "slurm"], default="spawn",
+                        help="spawn: one node; torchrun: run the same command on every node with its "
+                             "--node-rank; slurm: fairseq's own SLURM support (the command is an srun line)")
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs per node (default: the setting's)")
+    parser.add_argument("--nnodes", type=int, default=1, help="nodes (the effective batch counts all of them)")
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--master-addr", default="127.0.0.1")
+    parser.add_argument("--master-port", type=int, default=29500, help="torchrun master port / slurm --distributed-port")
+    parser.add_argument("--max-tokens-per-gpu", type=int, default=16384, help="modern setting's cap")
+    parser.add_argument("--reference", choices=sorted(SETTINGS), help="modern: whose effective batch to keep")
+    parser.add_argument("--allow-batch-change", action="store_true",
+                        help="train even if the hardware cannot keep the paper's effective batch")
 
 
 def build_parser():
@@ -129,14 +225,7 @@ def build_parser():
     parser.add_argument("setting", choices=[*SETTINGS, "modern", "cpu"])
     parser.add_argument("--data", required=True)
     parser.add_argument("--save-dir", required=True)
-    parser.add_argument("--launcher", choices=["spawn", "torchrun"], default="spawn")
-    parser.add_argument("--gpus", type=int, default=None, help="GPUs per node (default: the setting's)")
-    parser.add_argument("--nnodes", type=int, default=1)
-    parser.add_argument("--node-rank", type=int, default=0)
-    parser.add_argument("--master-addr", default="127.0.0.1")
-    parser.add_argument("--master-port", type=int, default=29500)
-    parser.add_argument("--max-tokens-per-gpu", type=int, default=16384, help="modern setting's cap")
-    parser.add_argument("--reference", choices=sorted(SETTINGS), help="modern: whose effective batch to keep")
+    add_hardware_options(parser)
     parser.add_argument("--backend", default=None, help="--distributed-backend (gloo for CPU processes)")
     parser.add_argument("--dry-run", action="store_true", help="print the command only")
     return parser
@@ -154,9 +243,16 @@ def split_extra(argv):
 def main(argv=None):
     argv, extra = split_extra(argv)
     args = build_parser().parse_args(argv)
-    cmd = build_command(args.config, args.setting, args.data, args.save_dir, extra, args.launcher, args.gpus,
-                        args.nnodes, args.node_rank, args.master_addr, args.master_port, args.max_tokens_per_gpu,
-                        args.reference, args.backend)
+    try:
+        hw = hardware(args.setting, paper_of(args.config), args.gpus, args.nnodes, args.max_tokens_per_gpu,
+                      args.reference, allow_batch_change=args.allow_batch_change)
+        cmd = build_command(args.config, args.setting, args.data, args.save_dir, extra, args.launcher,
+                            node_rank=args.node_rank, master_addr=args.master_addr, master_port=args.master_port,
+                            backend=args.backend, hw=hw)
+    except (BatchError, FileNotFoundError) as error:
+        sys.exit(f"train: {error}")
+    if hw.effective is not None:
+        print(f"effective batch: {hw.effective} tokens ({hw.describe()})", flush=True)
     print(shlex.join(cmd), flush=True)
     if args.dry_run:
         return

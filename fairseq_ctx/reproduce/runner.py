@@ -1,0 +1,492 @@
+"""Run a paper table: cells (row x column), preflight, training, evaluation, provenance.
+
+A cell's training directory is keyed by what decides the trained model: the paper, the
+hardware (setting, nodes x GPUs x tokens x update-freq, precision), the row's config file,
+its column-specific options, and the training data. Two tables that train the same model
+(Yang Table 3 and Table 1, Wang Tables 1 and 2, ...) therefore share one directory and the
+second only evaluates; cells of different settings never share one.
+
+    <results>/<paper>/<hardware tag>/<config>[+<column options>]/<data>[-<bin>]/
+        train.log  train.json (provenance, written when training finished)  checkpoints/
+        eval/<subset>/{result.json, hyp.detok.<tgt>, generate.out, eval.log}
+
+Significance marks are computed when the table is assembled, from the hypotheses of the
+row and of ITS baseline (Row.baseline, else the table's), so the order in which cells
+finish does not matter.
+"""
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+from ..data.atomic import atomic_write
+from . import train as train_mod
+from .train import CONFIGS, PAPER_SETTING, ROOT
+
+SMOKE_UPDATES = 10  # 5 checkpoints at 2, 4, ..., 10 updates: averaging of the last 5 runs for real
+SMOKE_TRAIN = ["--max-update", str(SMOKE_UPDATES), "--save-interval-updates", "2", "--keep-interval-updates", "5",
+               "--warmup-updates", "4", "--num-workers", "0", "--seed", "1"]
+SMOKE_MAX_TOKENS = 1024
+SMOKE_DIM_DIVISOR = 32  # 512 -> 16, 1024 -> 32, 2048 -> 64: rows keep their relative sizes
+SMOKE_MAX_LAYERS = 2
+
+
+@dataclasses.dataclass
+class Cell:
+    table: object
+    row: object
+    column: object
+    train_dir: str
+    data_dir: str
+    subsets: List[str]  # gen-subsets evaluated (test / valid / lentest*)
+    train_cmd: List[str]
+    hw: object
+    status: str = "pending"
+    message: str = ""
+    seconds: float = 0.0
+
+    @property
+    def name(self):
+        return f"{self.table.paper}_{self.table.name} {self.row.key} / {self.column.name}"
+
+    @property
+    def bin_dir(self):
+        return os.path.join(self.data_dir, self.column.bin)
+
+    def eval_dir(self, subset):
+        return os.path.join(self.train_dir, "eval", subset)
+
+    def result_path(self, subset):
+        return os.path.join(self.eval_dir(subset), "result.json")
+
+    @property
+    def trained(self):
+        return os.path.exists(os.path.join(self.train_dir, "train.json"))
+
+    def evaluated(self, subset):
+        return os.path.exists(self.result_path(subset))
+
+
+def _slug(text):
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def column_args(row, column):
+    return list(row.column_args.get(column.name, ()))
+
+
+def train_dir_of(results, table, row, column, hw_tag):
+    config = os.path.splitext(os.path.basename(row.config))[0]
+    extra = column_args(row, column)
+    if extra:
+        config += "+" + hashlib.sha1(shlex.join(extra).encode()).hexdigest()[:8]
+    data = column.data + ("" if column.bin == "bin" else "-" + column.bin)
+    return os.path.join(results, table.paper, hw_tag, _slug(config), _slug(data))
+
+
+def length_subsets(data_dir, column):
+    """gen-subset name -> length bucket label, from prepare-aspec.sh --length-eval's list."""
+    path = os.path.join(data_dir, column.bin, "length-subsets.tsv")
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        return dict(line.rstrip("\n").split("\t") for line in handle if line.strip())
+
+
+# -- smoke scale ---------------------------------------------------------------------------------
+
+
+def smoke_model_args(model_words, paper):
+    """Options that shrink a row's model: every width divided by SMOKE_DIM_DIVISOR, at most
+    SMOKE_MAX_LAYERS layers; head counts, the rows' own options and ratios between rows kept."""
+    from .params import parse_model_args
+
+    args = parse_model_args(model_words)
+    out = []
+    for side in ("encoder", "decoder"):
+        for name in ("embed_dim", "ffn_embed_dim", "hidden_size", "out_embed_dim", "input_dim", "output_dim"):
+            value = getattr(args, f"{side}_{name}", None)
+            if isinstance(value, int) and value > 0:
+                out += [f"--{side}-{name.replace('_', '-')}", str(max(4, value // SMOKE_DIM_DIVISOR))]
+        layers = getattr(args, f"{side}_layers", None)
+        if isinstance(layers, int) and layers > SMOKE_MAX_LAYERS:
+            out += [f"--{side}-layers", str(SMOKE_MAX_LAYERS)]
+    return out
+
+
+# -- building the cells --------------------------------------------------------------------------
+
+
+def build_cells(table, rows, options, results, data_root) -> List[Cell]:
+    setting = options.setting or PAPER_SETTING[table.paper]
+    cells = []
+    for row in rows:
+        for column in table.columns:
+            data_dir = os.path.join(data_root, column.data)
+            hw = train_mod.hardware(setting, table.paper, options.gpus, options.nnodes, options.max_tokens_per_gpu,
+                                    options.reference, cpu_max_tokens=options.cpu_max_tokens,
+                                    allow_batch_change=options.allow_batch_change)
+            tag = "smoke" if options.smoke else hw.tag(setting)
+            train_dir = train_dir_of(results, table, row, column, tag)
+            extra = column_args(row, column)
+            if options.smoke:
+                extra = smoke_model_args(train_mod.model_args(os.path.join(CONFIGS, row.config)) + extra,
+                                         table.paper) + extra + SMOKE_TRAIN
+            extra += list(options.train_extra)
+            cmd = train_mod.build_command(os.path.join(CONFIGS, row.config), setting, os.path.join(data_dir, column.bin),
+                                          os.path.join(train_dir, "checkpoints"), extra, launcher=options.launcher,
+                                          node_rank=options.node_rank, master_addr=options.master_addr,
+                                          master_port=options.master_port, backend=options.backend, hw=hw)
+            subsets = [column.subset]
+            if table.kind == "length":
+                subsets = list(length_subsets(data_dir, column)) or ["lentest"]
+            cells.append(Cell(table, row, column, train_dir, data_dir, subsets, cmd, hw))
+    return cells
+
+
+def raw_path(cell, subset, lang):
+    """The raw (untokenised) text of a gen-subset: raw/test.<lang>, raw/valid.<lang>, raw/len<N>.<lang>."""
+    name = {"test": "test", "valid": "valid"}.get(subset) or length_subsets(cell.data_dir, cell.column).get(subset, subset)
+    return os.path.join(cell.data_dir, "raw", f"{name}.{lang}")
+
+
+def eval_command(cell, subset, python=sys.executable):
+    table, row, column = cell.table, cell.row, cell.column
+    cmd = [python, "-m", "fairseq_ctx.analysis.evaluation", "--data", cell.bin_dir,
+           "--save-dir", os.path.join(cell.train_dir, "checkpoints"), "--src", column.src, "--tgt", column.tgt,
+           "--subset", subset, "--ref", raw_path(cell, subset, column.tgt), "--source", raw_path(cell, subset, column.src),
+           "--beam", str(table.beam), "--lenpen", str(table.lenpen), "--length-buckets",
+           "--name", row.label, "--out-dir", cell.eval_dir(subset),
+           "--provenance", os.path.join(cell.train_dir, "train.json")]
+    if table.average_last:
+        cmd += ["--average-last", str(table.average_last)]
+    if column.remove_bpe:
+        cmd += ["--remove-bpe", column.remove_bpe]
+    if column.strip_concat:
+        cmd += ["--strip-concat"]
+    return cmd
+
+
+# -- preflight -----------------------------------------------------------------------------------
+
+
+def estimated_checkpoint_bytes(cell, param_count):
+    """fp32 weights + optimiser state (Adam: 2 moments, NAG: 1), for every checkpoint kept
+    (the averaged window, checkpoint_best / _last) plus the averaged model."""
+    words = cell.train_cmd
+    per = param_count * 4 * (2 if "nag" in words else 3)
+    keep = int(words[len(words) - 1 - words[::-1].index("--keep-interval-updates") + 1]) \
+        if "--keep-interval-updates" in words else 0
+    return per * (keep + 2) + param_count * 4
+
+
+def preflight(cells, options, param_counts=None) -> List[str]:
+    """Everything that would make a cell fail later, found before any training."""
+    problems = []
+    seen = set()
+    for cell in cells:
+        if cell.data_dir in seen and cell.column.bin == "bin":
+            continue
+        seen.add(cell.data_dir)
+        bin_dir, col = cell.bin_dir, cell.column
+        need = [os.path.join(bin_dir, f"dict.{col.src}.txt"), os.path.join(bin_dir, f"dict.{col.tgt}.txt")]
+        for split in ["train", "valid", *cell.subsets]:
+            need.append(os.path.join(bin_dir, f"{split}.{col.src}-{col.tgt}.{col.src}.idx"))
+        if cell.table.kind == "length":
+            need.append(os.path.join(bin_dir, "length-subsets.tsv"))
+        else:
+            need.append(os.path.join(cell.data_dir, "raw", f"{col.subset}.{col.tgt}"))
+        for path in need:
+            if not os.path.exists(path):
+                problems.append(f"{cell.name}: missing {path} (prepare the data with scripts/data/; see "
+                                "docs/notes/experiments.md)")
+                break
+    setting = options.setting or PAPER_SETTING[cells[0].table.paper] if cells else None
+    if cells and setting not in ("cpu",):
+        have = train_mod._visible_gpus()
+        want = cells[0].hw.gpus
+        if have < want:
+            problems.append(f"{want} GPU(s) per node needed by the {setting} setting, {have} visible "
+                            "(pass --gpus N to keep the paper's batch with accumulation, or --setting cpu)")
+    if param_counts:
+        need_bytes = sum(estimated_checkpoint_bytes(c, param_counts.get(c.row.key, 0)) for c in cells
+                         if not c.trained and isinstance(param_counts.get(c.row.key), int))
+        os.makedirs(options.results, exist_ok=True)
+        free = shutil.disk_usage(options.results).free
+        if need_bytes > free:
+            problems.append(f"checkpoints need about {need_bytes / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free "
+                            f"under {options.results}")
+    return problems
+
+
+# -- provenance ----------------------------------------------------------------------------------
+
+
+def _git_commit():
+    try:
+        out = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def provenance(cell, setting, smoke):
+    import fairseq
+    import torch
+
+    return {"table": f"{cell.table.paper}_{cell.table.name}", "row": cell.row.key, "column": cell.column.name,
+            "setting": "smoke (cpu)" if smoke else setting, "nodes": cell.hw.nnodes, "gpus_per_node": cell.hw.gpus,
+            "hardware": cell.hw.describe(), "effective_batch_tokens": cell.hw.effective,
+            "paper_batch_tokens": cell.hw.paper_effective, "command": shlex.join(cell.train_cmd),
+            "git_commit": _git_commit(), "torch": torch.__version__, "fairseq": fairseq.__version__,
+            "python": sys.version.split()[0], "train_log": os.path.join(cell.train_dir, "train.log")}
+
+
+# -- running -------------------------------------------------------------------------------------
+
+
+def _run_logged(cmd, log_path, env):
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"\n$ {shlex.join(cmd)}\n")
+        log.flush()
+        return subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+
+
+def _tail(path, lines=12):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def run_cell(cell, setting, smoke, env):
+    start = time.time()
+    try:
+        if not cell.trained:
+            log = os.path.join(cell.train_dir, "train.log")
+            code = _run_logged(cell.train_cmd, log, env)
+            if code:
+                cell.status, cell.message = "FAILED", f"training exited {code}; log {log}:\n{_tail(log)}"
+                return cell
+            with atomic_write(os.path.join(cell.train_dir, "train.json")) as handle:
+                json.dump(provenance(cell, setting, smoke), handle, indent=1)
+        for subset in cell.subsets:
+            if cell.evaluated(subset):
+                continue
+            log = os.path.join(cell.eval_dir(subset), "eval.log")
+            code = _run_logged(eval_command(cell, subset), log, env)
+            if code:
+                cell.status, cell.message = "FAILED", f"evaluation of {subset} exited {code}; log {log}:\n{_tail(log)}"
+                return cell
+        cell.status = "ok"
+    except Exception as error:  # noqa: BLE001  (one cell's crash must not stop the others)
+        cell.status, cell.message = "FAILED", f"{type(error).__name__}: {error}"
+    finally:
+        cell.seconds = time.time() - start
+    return cell
+
+
+def run_cells(cells, setting, smoke, jobs=1, threads=None):
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    env["PYTHONUNBUFFERED"] = "1"
+    # the same directory trained by two cells (two tables, one model) is run by one of them
+    by_dir: Dict[str, List[Cell]] = {}
+    for cell in cells:
+        by_dir.setdefault(cell.train_dir, []).append(cell)
+
+    def run_group(group):
+        first = run_cell(group[0], setting, smoke, env)
+        for other in group[1:]:
+            if first.status != "ok" and not first.trained:
+                other.status, other.message = "FAILED", f"shares the failed training of {first.name}"
+            else:
+                run_cell(other, setting, smoke, env)
+        return group
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for group in pool.map(run_group, by_dir.values()):
+            for cell in group:
+                summary(cell)
+    return cells
+
+
+def summary(cell):
+    if cell.status == "ok":
+        scores = []
+        for subset in cell.subsets[:3]:
+            with open(cell.result_path(subset), encoding="utf-8") as handle:
+                result = json.load(handle)
+            scores.append(f"{subset} BLEU {result['tokenized']['bleu']:.2f} (sacreBLEU {result['sacrebleu']['bleu']:.2f})")
+        more = f" + {len(cell.subsets) - 3} subsets" if len(cell.subsets) > 3 else ""
+        print(f"cell {cell.name}: ok, {'; '.join(scores)}{more} [{cell.seconds:.0f}s]", flush=True)
+    else:
+        print(f"cell {cell.name}: {cell.status}: {cell.message}", file=sys.stderr, flush=True)
+
+
+def load_result(cell, subset=None) -> Optional[dict]:
+    path = cell.result_path(subset or cell.column.subset)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+# -- speed columns (Yang Table 1, Wang Table 1) ----------------------------------------------------
+
+
+def speed_ratios(table, rows, results, smoke, device=None):
+    """Train / decode speed of every row as a ratio to the first row's, measured by the
+    benchmark harness on one batch (fairseq_ctx.benchmarking); cached per table and scale."""
+    import torch
+
+    from .. import benchmarking as bench
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    path = os.path.join(results, table.paper, f"speed-{table.name}-{'smoke' if smoke else 'base'}-{device}.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    specs = []
+    for index, row in enumerate(rows):
+        args = shlex.join(train_mod.read_args_file(os.path.join(CONFIGS, row.config)))
+        text = f"{row.key}={args}" if index == 0 else f"{row.key}@{rows[0].key}={args}"
+        specs.append(bench.SystemSpec.parse(text, index == 0))
+    cfg = bench.BenchConfig(dims="tiny" if smoke else "base", src_lens=(30,), device=device,
+                            dtype="bf16" if device == "cuda" else "fp32", steps=2 if smoke else 20,
+                            warmup=1 if smoke else 5, decode_repeats=1 if smoke else 3, beams=(4,), memory=False)
+    measured = bench.run_benchmark(specs, cfg)
+    out = {}
+    for row in measured["rows"]:
+        ratios = row.get("ratios", {})
+        if "train_tok_s" in ratios:
+            out[row["system"]] = {"train": f"{ratios['train_tok_s']:.2f}", "decode": f"{ratios['decode_beam4_sent_s']:.2f}"}
+    out["_meta"] = {"device": device, "dims": cfg.dims, "src_len": 30, "dtype": cfg.dtype}
+    with atomic_write(path) as handle:
+        json.dump(out, handle, indent=1)
+    return out
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def build_parser(table):
+    import argparse
+
+    from .tables import __doc__ as tables_doc
+
+    parser = argparse.ArgumentParser(description=f"Reproduce {table.title}. " + (tables_doc or ""),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true",
+                        help="the whole pipeline of every cell at smoke scale: small real corpora prepared by the "
+                             "real data scripts, tiny models, a few updates, CPU (minutes)")
+    parser.add_argument("--dry-run", action="store_true", help="print every command and effective batch, run nothing")
+    parser.add_argument("--setting", default=None, help=f"training setting (default {PAPER_SETTING[table.paper]})")
+    train_mod.add_hardware_options(parser)
+    parser.add_argument("--backend", default=None, help="--distributed-backend (gloo for CPU processes)")
+    parser.add_argument("--cpu-max-tokens", type=int, default=None, help="--max-tokens of the cpu setting")
+    parser.add_argument("--data-root", default=None, help="prepared corpora (default work/, smoke: RESULTS/data)")
+    parser.add_argument("--results", default=None, help="default work/experiments (smoke: work/smoke)")
+    parser.add_argument("--only", action="append", default=[], help="row key(s) to run (default: all)")
+    parser.add_argument("--jobs", type=int, default=1, help="cells trained at a time (CPU / smoke)")
+    parser.add_argument("--table-only", action="store_true", help="only assemble the table from finished results")
+    parser.add_argument("--params", action="store_true", default=None,
+                        help="count parameters (built on CPU; default for tables with a parameter column)")
+    parser.add_argument("--no-speed", action="store_true", help="skip the Train / Decode speed columns")
+    parser.add_argument("--skip-preflight", action="store_true", help="run even if the preflight finds problems")
+    parser.add_argument("--output", default=None, help="also write the table (markdown) here")
+    return parser
+
+
+def main(table_key, argv=None):
+    from .tables import TABLES, format_table
+
+    table = TABLES[table_key]
+    argv, train_extra = train_mod.split_extra(argv)
+    options = build_parser(table).parse_args(argv)
+    options.train_extra = train_extra
+    if options.smoke:
+        if options.setting not in (None, "cpu"):
+            sys.exit("reproduce: --smoke trains on the CPU (--setting cpu)")
+        options.setting = "cpu"
+        options.cpu_max_tokens = options.cpu_max_tokens or SMOKE_MAX_TOKENS
+        options.results = options.results or os.path.join(ROOT, "work", "smoke")
+        options.data_root = options.data_root or os.path.join(options.results, "data")
+    options.results = options.results or os.path.join(ROOT, "work", "experiments")
+    options.data_root = options.data_root or os.path.join(ROOT, "work")
+    unknown = [key for key in options.only if key not in {r.key for r in table.rows}]
+    if unknown:
+        sys.exit(f"reproduce: unknown row(s) {', '.join(unknown)}; rows: {', '.join(r.key for r in table.rows)}")
+    rows = [r for r in table.rows if not options.only or r.key in options.only]
+    start = time.time()
+    notes = ""
+    if options.smoke and table.columns and not (options.dry_run or options.table_only):
+        from .smoke_data import prepare as prepare_smoke
+
+        sources = {}
+        for column in table.columns:
+            if column.data not in sources:
+                print(f"reproduce: smoke data {column.data} ...", flush=True)
+                sources[column.data] = prepare_smoke(column.data, options.data_root, workers=max(1, options.jobs))
+        notes = "".join(f"> smoke data {name}: {note}\n" for name, note in sources.items())
+    if options.smoke:
+        notes = (f"> **SMOKE REHEARSAL**: every cell through the full-scale code path with tiny models "
+                 f"(widths / {SMOKE_DIM_DIVISOR}, <= {SMOKE_MAX_LAYERS} layers) trained {SMOKE_UPDATES} updates on "
+                 f"the CPU: the numbers test the road, not the models.\n" + notes + "\n")
+    try:
+        cells = build_cells(table, rows, options, options.results, options.data_root)
+    except train_mod.BatchError as error:
+        sys.exit(f"reproduce: {error}")
+    if options.dry_run:
+        for cell in cells:
+            if cell.hw.effective is not None:
+                print(f"# {cell.name}: effective batch: {cell.hw.effective} tokens ({cell.hw.describe()})")
+            print(("# done: " if cell.trained else "") + shlex.join(cell.train_cmd), flush=True)
+            for subset in cell.subsets:
+                print(("# done: " if cell.evaluated(subset) else "") + shlex.join(eval_command(cell, subset)), flush=True)
+    counts = None
+    if (options.params if options.params is not None else table.params):
+        from .params import count_rows
+
+        counts = count_rows(table, rows)
+    if not (options.dry_run or options.table_only) and cells:
+        problems = preflight(cells, options, counts)
+        if problems:
+            print("reproduce: preflight found problems (nothing was trained):", file=sys.stderr)
+            for problem in problems:
+                print(f"  - {problem}", file=sys.stderr)
+            if not options.skip_preflight:
+                sys.exit(2)
+        run_cells(cells, options.setting or PAPER_SETTING[table.paper], options.smoke, options.jobs)
+    speed, speed_failed = None, False
+    if table.speed and not options.no_speed and not options.dry_run:
+        try:
+            speed = speed_ratios(table, rows, options.results, options.smoke)
+        except Exception as error:  # noqa: BLE001  (the BLEU table still prints; the failure is counted)
+            speed, speed_failed = {}, True
+            print(f"reproduce: speed columns failed: {type(error).__name__}: {error}", file=sys.stderr)
+    text = format_table(table, cells, counts, speed, notes)
+    print(text)
+    if options.output:
+        with atomic_write(options.output) as handle:
+            handle.write(text)
+    failed = [c.name for c in cells if c.status == "FAILED"] + (["speed columns"] if speed_failed else [])
+    if not (options.dry_run or options.table_only) and cells:
+        print(f"reproduce {table_key}: {len(cells) - len(failed)} of {len(cells)} cells ok "
+              f"in {time.time() - start:.0f}s" + (f"; FAILED: {', '.join(failed)}" if failed else ""),
+              file=sys.stderr if failed else sys.stdout, flush=True)
+    if failed:
+        sys.exit(1)
+    return text

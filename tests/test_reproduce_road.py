@@ -1,0 +1,257 @@
+"""The road from a config to a paper's table, fault by fault: effective batch on several nodes,
+each row's own baseline, failing cells fail the command, row configs mean what their rows
+claim, trained models reused across tables, cells of different settings kept apart,
+checkpoints kept only as evaluation needs them, per-column training options, footers."""
+import json
+import os
+import re
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from fairseq_ctx.reproduce import runner, tables, train
+from tests.conftest import ROOT, cli_env
+
+
+# -- effective batch ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("setting,nnodes,gpus,want", [("p40", 1, None, 32768), ("p40", 2, 4, 32768), ("p40", 2, None, 32768),
+                                                      ("p40", 1, 2, 32768), ("cao", 2, 1, 49152), ("iida", 2, 1, 4000),
+                                                      ("modern", 2, 4, 32768), ("modern", 1, 1, 32768)])
+def test_effective_batch_counts_every_node(setting, nnodes, gpus, want):
+    hw = train.hardware(setting, "yang2019", gpus, nnodes)
+    assert hw.effective == hw.nnodes * hw.gpus * hw.max_tokens * hw.update_freq == want
+
+
+@pytest.mark.parametrize("setting,nnodes,gpus", [("p40", 2, 8), ("p40", 1, 3), ("cao", 1, 5), ("modern", 1, 3)])
+def test_a_gpu_count_that_changes_the_papers_batch_is_refused(setting, nnodes, gpus):
+    with pytest.raises(train.BatchError, match="differs from the paper's"):
+        train.hardware(setting, "yang2019", gpus, nnodes)
+    hw = train.hardware(setting, "yang2019", gpus, nnodes, allow_batch_change=True)  # on request: a warning
+    assert hw.effective != hw.paper_effective
+
+
+def test_reproduce_dry_run_prints_the_effective_batch_of_every_cell_on_two_nodes(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "reproduce", "wang2019_table2.py"), "--dry-run",
+                           "--results", str(tmp_path), "--nnodes", "2", "--gpus", "4", "--launcher", "torchrun",
+                           "--node-rank", "1", "--master-addr", "node0"],
+                          capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    batches = re.findall(r"effective batch: (\d+) tokens", proc.stdout)
+    assert batches == ["32768"] * 12
+    assert proc.stdout.count("--nnodes 2 --node-rank 1 --master-addr node0") == 12
+    refused = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "reproduce", "wang2019_table2.py"),
+                              "--dry-run", "--results", str(tmp_path), "--nnodes", "2", "--gpus", "8",
+                              "--launcher", "torchrun"], capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+    assert refused.returncode != 0 and "65,536" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_slurm_launcher_uses_fairseqs_own_slurm_support():
+    cmd = train.build_command(os.path.join(train.CONFIGS, "yang2019", "transformer_base.args"), "p40", "BIN", "SAVE",
+                              launcher="slurm", gpus=4, nnodes=2, master_port=12345)
+    assert cmd[:7] == ["srun", "--nodes", "2", "--ntasks-per-node", "4", "--gpus-per-node", "4"]
+    assert cmd[cmd.index("--distributed-world-size") + 1] == "8" and cmd[cmd.index("--distributed-port") + 1] == "12345"
+    with pytest.raises(train.BatchError, match="torchrun"):
+        train.build_command(os.path.join(train.CONFIGS, "yang2019", "transformer_base.args"), "p40", "BIN", "SAVE",
+                            gpus=4, nnodes=2)
+
+
+def test_training_never_drops_validation_sentences():
+    cmd = train.build_command(os.path.join(train.CONFIGS, "cao", "cross_zero.args"), "cao", "BIN", "SAVE")
+    assert cmd[cmd.index("--required-batch-size-multiple") + 1] == "1"
+
+
+# -- rows mean what they claim -------------------------------------------------------------------
+
+
+def _all_rows():
+    seen = {}
+    for table in tables.TABLES.values():
+        for row in table.rows:
+            seen.setdefault(row.config, row)
+    return sorted(seen.values(), key=lambda r: r.config)
+
+
+@pytest.mark.parametrize("row", _all_rows(), ids=lambda r: r.config)
+def test_every_row_config_is_what_its_row_claims(row):
+    from fairseq_ctx.reproduce.params import parse_model_args
+
+    assert row.claims, f"{row.config}: every row states what it stands for (Row.claims)"
+    args = parse_model_args(train.model_args(os.path.join(train.CONFIGS, row.config)))
+    wrong = {k: (getattr(args, k, None), v) for k, v in row.claims.items() if getattr(args, k, None) != v}
+    assert not wrong, f"{row.config}: parsed value != claim: {wrong}"
+
+
+def test_cao_horizontal_rows_route_horizontally_only():
+    from fairseq_ctx.reproduce.params import parse_model_args
+
+    for name in ("horizontal_zero", "horizontal_self"):
+        args = parse_model_args(train.model_args(os.path.join(train.CONFIGS, "cao", f"{name}.args")))
+        assert args.routing_vertical is False and args.routing_horizontal is True
+
+
+def test_same_row_shares_one_config_across_tables():
+    by_key = {}
+    for table in tables.TABLES.values():
+        for row in table.rows:
+            by_key.setdefault((table.paper, row.key), set()).add(row.config)
+    assert all(len(configs) == 1 for configs in by_key.values()), by_key
+
+
+# -- baselines -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["yang2019_table2", "wang2019_table2"])
+def test_big_rows_are_tested_against_transformer_big(key):
+    table = tables.TABLES[key]
+    for row in table.rows:
+        expected = "big" if "big" in row.key and row.key != "big" else "base"
+        assert tables.baseline_key(table, row) == expected, row.key
+
+
+def test_length_tables_mark_against_both_baselines():
+    for key in ("iida2019_table3", "iida2019_table4"):
+        assert [b[0] for b in tables.TABLES[key].baselines] == ["base", "transformer"]
+        assert {r.key for r in tables.TABLES[key].rows} == {"base", "dep_h2k2", "transformer"}
+
+
+# -- cells: reuse, separation, per-column options -----------------------------------------------
+
+
+def _options(**kw):
+    defaults = dict(setting=None, gpus=None, nnodes=1, max_tokens_per_gpu=16384, reference=None, cpu_max_tokens=None,
+                    allow_batch_change=False, smoke=False, train_extra=[], launcher="spawn", node_rank=0,
+                    master_addr="127.0.0.1", master_port=29500, backend=None, results="R")
+    defaults.update(kw)
+    return SimpleNamespace(**defaults)
+
+
+def _cells(key, **kw):
+    table = tables.TABLES[key]
+    return runner.build_cells(table, table.rows, _options(**kw), "R", "D")
+
+
+def test_tables_that_train_the_same_model_share_its_directory():
+    t1 = {c.row.key: c.train_dir for c in _cells("yang2019_table1")}
+    t3 = {c.row.key: c.train_dir for c in _cells("yang2019_table3")}
+    assert t3["base"] == t1["base"] and t3["enc_deep_global_deep"] == t1["enc_deep_global_deep"]
+    wang1 = {c.row.key: c.train_dir for c in _cells("wang2019_table1")}
+    wang2 = {(c.row.key, c.column.name): c.train_dir for c in _cells("wang2019_table2")}
+    assert wang2[("deep_tam", "En-De")] == wang1["deep_tam"]
+    iida2 = {(c.row.key, c.column.name): c.train_dir for c in _cells("iida2019_table2")}
+    iida3 = {c.row.key: c.train_dir for c in _cells("iida2019_table3")}
+    assert iida3["dep_h2k2"] == iida2[("dep_h2k2", "ASPEC ja-en")]
+    assert len(set(iida2.values())) == len(iida2)  # 2-to-2 and sentence-level columns never collide
+
+
+def test_cells_of_different_settings_never_share_a_directory():
+    dirs = {c.train_dir for c in _cells("cao_table1")}
+    assert not dirs & {c.train_dir for c in _cells("cao_table1", setting="modern", gpus=1)}
+    assert not dirs & {c.train_dir for c in _cells("cao_table1", gpus=1)}  # 1 GPU x 24 accumulations
+
+
+def test_wang_en_fr_big_uses_vaswanis_en_fr_dropout():
+    cells = {(c.row.key, c.column.name): c for c in _cells("wang2019_table2")}
+    for row in ("big", "big_deep_rnn", "big_deep_tam"):
+        fr = cells[(row, "En-Fr")].train_cmd
+        assert fr[len(fr) - 1 - fr[::-1].index("--dropout") + 1] == "0.1"
+        assert "--dropout" not in cells[(row, "En-De")].train_cmd
+    assert "--dropout" not in cells[("deep_tam", "En-Fr")].train_cmd
+
+
+def test_checkpoints_kept_are_what_evaluation_uses():
+    for key, table in tables.TABLES.items():
+        for cell in _cells(key):
+            cmd = cell.train_cmd
+            if table.average_last:
+                keep = int(cmd[len(cmd) - 1 - cmd[::-1].index("--keep-interval-updates") + 1])
+                assert keep == table.average_last, (key, cell.name)
+                assert "--no-epoch-checkpoints" in cmd
+            else:  # checkpoint_best (+ checkpoint_last to resume)
+                assert "--no-epoch-checkpoints" in cmd and "--keep-interval-updates" not in cmd, (key, cell.name)
+
+
+def test_evaluation_length_bound_is_relative_to_the_source():
+    from fairseq_ctx.analysis.evaluation import build_parser
+
+    args = build_parser().parse_args(["--data", "D", "--src", "ja", "--tgt", "en", "--ref", "R", "--out-dir", "O"])
+    # a 130-word source (the longest bucket of Iida Tables 3-4) gets room for a longer output
+    assert args.max_len_a >= 1.5 and args.max_len_a * 130 + args.max_len_b > 200
+
+
+# -- failing cells fail the command ----------------------------------------------------------------
+
+
+def test_preflight_refuses_before_any_training_when_data_is_missing(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "reproduce", "cao_table2.py"),
+                           "--results", str(tmp_path / "r"), "--data-root", str(tmp_path / "nodata"), "--setting", "cpu"],
+                          capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "preflight found problems (nothing was trained)" in proc.stderr
+    assert proc.stderr.count("missing ") >= 2 and "Traceback" not in proc.stderr
+    assert not (tmp_path / "r" / "cao").exists()
+
+
+def test_a_run_whose_cells_fail_exits_nonzero_with_one_line_per_cell(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "reproduce", "cao_table2.py"),
+                           "--results", str(tmp_path / "r"), "--data-root", str(tmp_path / "nodata"), "--setting", "cpu",
+                           "--skip-preflight", "--only", "base"], capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+    assert proc.returncode == 1
+    failed = [line for line in proc.stderr.splitlines() if line.startswith("cell cao_table2 base / ")]
+    assert len(failed) == 2 and all("FAILED: training exited" in line for line in failed)
+    assert "0 of 2 cells ok" in proc.stderr
+    assert "| missing |" in proc.stdout  # the table still prints what exists
+
+
+# -- assembling a table: marks against the row's own baseline, paper formatting, footers -----------
+
+
+def _fake_cell(table, row, column, root, hyps, refs):
+    cell = runner.Cell(table, row, column, os.path.join(root, row.key), os.path.join(root, "data"), [column.subset],
+                       [], None)
+    os.makedirs(cell.eval_dir(column.subset), exist_ok=True)
+    os.makedirs(os.path.join(cell.data_dir, "raw"), exist_ok=True)
+    with open(os.path.join(cell.data_dir, "raw", f"{column.subset}.{column.tgt}"), "w") as handle:
+        handle.writelines(r + "\n" for r in refs)
+    with open(os.path.join(cell.eval_dir(column.subset), f"hyp.detok.{column.tgt}"), "w") as handle:
+        handle.writelines(h + "\n" for h in hyps)
+    from fairseq_ctx.analysis.scoring import tokenized_bleu
+
+    result = {"tokenized": tokenized_bleu(hyps, refs, column.tgt),
+              "sacrebleu": {"bleu": 1.0, "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"}}
+    with open(cell.result_path(column.subset), "w") as handle:
+        json.dump(result, handle)
+    return cell
+
+
+def test_big_row_is_marked_against_big_not_base(tmp_path):
+    table = tables.TABLES["wang2019_table2"]
+    column = tables.EN_DE
+    refs = [f"the cat number {i} sat on the mat today" for i in range(60)]
+    poor = [f"a dog {i}" for i in range(60)]
+    rows = {r.key: r for r in table.rows}
+    cells = [_fake_cell(table, rows["base"], column, str(tmp_path), poor, refs),
+             _fake_cell(table, rows["big"], column, str(tmp_path), refs, refs),
+             _fake_cell(table, rows["big_deep_tam"], column, str(tmp_path), refs, refs)]
+    text = tables.format_table(table, cells)
+    line = {l.split("|")[2].strip(): l for l in text.splitlines() if l.startswith("| ")}
+    assert "100.00\u21d1" in line["TRANSFORMER-BIG"]  # big vs base: far better
+    big_tam = line["+ DEEP (TAM)"]
+    assert "100.00 |" in big_tam and "\u2191" not in big_tam.split("|")[5]  # identical to big: no mark
+    assert "significantly better than TRANSFORMER-BIG" in text and "for + DEEP (RNN), + DEEP (TAM)" in text
+
+
+def test_numbers_print_as_the_paper_prints_them_and_assumptions_are_labelled(tmp_path):
+    table = tables.TABLES["yang2019_table3"]
+    text = tables.format_table(table, [])
+    assert "| 26.20 |" in text and "| 26.2 |" not in text
+    assert "ASSUMPTION" in text  # averaging / beam / length penalty the paper does not state
+
+
+def test_cao_table_prints_a_delta_column(tmp_path):
+    table = tables.TABLES["cao_table1"]
+    text = tables.format_table(table, [])
+    assert "\u0394 Zh-En (paper)" in text and "\u0394 Zh-En (ours)" in text
