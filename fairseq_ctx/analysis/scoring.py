@@ -78,13 +78,13 @@ def paired_bootstrap(baseline, system, references, lang, samples=1000, seed=1234
             "delta": round(ours.score - base.score, 2), "p_value": ours.p_value, "samples": samples}
 
 
-def significance_mark(p_value, delta=1.0):
+def significance_mark(p_value, delta=1.0, glyphs=("\u2191", "\u21d1")):
     """The papers' marks for a system BETTER than the baseline: double for p < 0.01,
     single for p < 0.05. sacreBLEU's bootstrap p-value is meaningless without variance
     (identical outputs get p = 1/(n+1)), hence the delta > 0 condition."""
     if delta <= 0:
         return ""
-    return "\u21d1" if p_value < 0.01 else "\u2191" if p_value < 0.05 else ""
+    return glyphs[1] if p_value < 0.01 else glyphs[0] if p_value < 0.05 else ""
 
 
 def bleu_by_length(source_lengths, hypotheses, references, lang, width=10, tokenized=True):

@@ -11,17 +11,13 @@ Data directories (the defaults of scripts/data/prepare-*.sh under --data-root):
 Results: <results>/<paper>/<row>/<column>/{checkpoints, eval/result.json}. A table is
 assembled from whatever result.json files exist; missing cells print as "missing".
 """
-import argparse
 import dataclasses
 import json
 import os
-import shlex
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from .train import CONFIGS, PAPER_SETTING, ROOT, build_command
+from . import paper_tables  # the papers' own numbers and marks, as printed
 
 
 @dataclass
@@ -67,6 +63,7 @@ class Table:
     delta: bool = False  # the paper prints a BLEU-difference column against the first row
     # length tables: (row key, mark for p < 0.05, mark for p < 0.01) for each baseline
     baselines: List[tuple] = field(default_factory=list)
+    marks: tuple = ("\u2191", "\u21d1")  # our marks for p < 0.05 / 0.01, the paper's glyphs where it has them
 
     @property
     def key(self):
@@ -202,7 +199,7 @@ TABLES: Dict[str, Table] = {
             claims=_cao(True, "zero")),
         Row("cross_self", "5 + Vertical + Horizontal w/ Self Initialization", "cao/cross_self.args", {"Zh-En": 24.68},
             claims=_cao(True, "self")),
-    ], delta=True),
+    ], delta=True, marks=("\u2191", "\u2191\u2191")),
     "cao_table2": Table("cao", "table2", "Cao et al., Table 2 (WMT17 Zh-En, WMT14 En-De)", [ZH_EN_50, EN_DE], [
         Row("base", "Transformer-Base", "cao/transformer_base.args", {"Zh-En": 24.28, "En-De": 27.43},
             claims=_stock(BASE)),
@@ -242,7 +239,7 @@ TABLES: Dict[str, Table] = {
                              IIDA_COLUMNS, [Row(k, label, f"iida2019/{cfg}", dict(zip([c.name for c in IIDA_COLUMNS], bleu)),
                                                 claims=claims)
                                             for k, label, cfg, bleu, _, claims in _iida_rows()],
-                             average_last=0, beam=5, lenpen=1.0),
+                             average_last=0, beam=5, lenpen=1.0, marks=("\u2020", "\u2021")),
     "iida2019_table5": Table("iida2019", "table5", "Iida et al. 2019, Table 5 (model parameters)", [], [
         Row(k, label, f"iida2019/{cfg}", {"Parameter": params}, claims=claims)
         for k, label, cfg, _, params, claims in _iida_rows()],
@@ -255,7 +252,7 @@ for _key, _column, _direction in (("iida2019_table3", ASPEC_JA_EN, "ja -> en"), 
     TABLES[_key] = Table("iida2019", _key.split("_")[1], f"Iida et al. 2019, Table {_key[-1]} "
                          f"(BLEU per sentence length, ASPEC {_direction})", [_column],
                          [dataclasses.replace(r, paper={}) for r in _IIDA_LENGTH_ROWS], average_last=0, beam=5,
-                         lenpen=1.0, kind="length", baselines=[("base", "\u2191", "\u21d1"), ("transformer", "\u2020", "\u2021")])
+                         lenpen=1.0, kind="length", baselines=[("base", "\u2020", "\u2021"), ("transformer", "*", "**")])
 # Yang Table 1 and Wang Table 1 are BLEU tables with a "# Para." column: params() fills it.
 for _key in ("yang2019_table1", "wang2019_table1"):
     TABLES[_key].params = True
@@ -264,15 +261,40 @@ for _key in ("yang2019_table1", "wang2019_table1"):
 # -- assembling a table from finished cells ----------------------------------------------------------
 
 
+def _paper_cell(table, row_key, column_name):
+    paper = paper_tables.PAPER_TABLES.get(table.key) if paper_tables else None
+    return paper.rows.get(row_key, {}).get(column_name) if paper else None
+
+
 def _paper_value(table, row, column_name):
-    """The paper's number as the paper prints it (with its own significance mark)."""
-    printed = paper_tables.printed(table.key, row.key, column_name) if paper_tables else None
-    if printed is not None:
-        return printed
+    """The paper's number as the paper prints it, with its own significance mark ("(mark)" where
+    a mark is printed but the text extraction does not show which one)."""
+    cell = _paper_cell(table, row.key, column_name)
+    if cell is not None and cell.value is not None:
+        return cell.value + ("(mark)" if cell.mark is None else cell.mark)
     value = row.paper.get(column_name)
     if isinstance(value, float):
         return f"{value:.2f}"
     return "" if value is None else value
+
+
+def _paper_speed(table, row, column_name):
+    """The paper's speed and, in brackets, its ratio to the paper's first row."""
+    cell, first = _paper_cell(table, row.key, column_name), _paper_cell(table, table.rows[0].key, column_name)
+    if cell is None or not cell.value:
+        return ""
+    try:
+        return f"{cell.value} ({float(cell.value) / float(first.value):.2f})"
+    except (TypeError, ValueError, ZeroDivisionError, AttributeError):
+        return cell.value
+
+
+def _paper_params(table, row):
+    cells = [(name, _paper_cell(table, row.key, name)) for name in
+             ["# Para."] + [f"{c.name} # Para." for c in table.columns]]
+    printed = [f"{name.replace(' # Para.', '')} {c.value}" if name != "# Para." else c.value
+               for name, c in cells if c is not None and c.value]
+    return " / ".join(printed) or row.paper.get("# Para.", row.paper.get("Parameter", ""))
 
 
 def _read_lines(path):
@@ -316,7 +338,7 @@ def format_table(table: Table, cells, param_counts=None, speed=None, header_note
     if param_counts is not None:
         header += ["# Para. (paper)", "# Para. (ours)", "delta vs first row (ours)"]
     if speed is not None:
-        header += ["Train (paper)", "Train (ours, ratio)", "Decode (paper)", "Decode (ours, ratio)"]
+        header += ["Train (paper, ratio)", "Train (ours, ratio)", "Decode (paper, ratio)", "Decode (ours, ratio)"]
     for column in table.columns:
         header += [f"{column.name} (paper)", f"{column.name} (ours, tokenized)", f"{column.name} (sacreBLEU)"]
         if table.delta:
@@ -327,7 +349,7 @@ def format_table(table: Table, cells, param_counts=None, speed=None, header_note
         cells_ = [index, row.label] + list(row.extra.values())
         if param_counts is not None:
             count = param_counts.get(row.key)
-            paper = _paper_value(table, row, "# Para.") or row.paper.get("Parameter", "")
+            paper = _paper_params(table, row)
             if isinstance(count, int):
                 base_count = count if base_count is None else base_count
                 cells_ += [f"{paper:,}" if isinstance(paper, int) else paper, f"{count:,} ({count / 1e6:.1f}M)",
@@ -336,8 +358,8 @@ def format_table(table: Table, cells, param_counts=None, speed=None, header_note
                 cells_ += [paper, count or "missing", ""]
         if speed is not None:
             mine = speed.get(row.key, {})
-            cells_ += [_paper_value(table, row, "Train") or "", mine.get("train", "missing"),
-                       _paper_value(table, row, "Decode") or "", mine.get("decode", "missing")]
+            cells_ += [_paper_speed(table, row, "Train"), mine.get("train", "missing"),
+                       _paper_speed(table, row, "Decode"), mine.get("decode", "missing")]
         for column in table.columns:
             cell = by.get((row.key, column.name))
             result = load_result(cell) if cell else None
@@ -350,7 +372,7 @@ def format_table(table: Table, cells, param_counts=None, speed=None, header_note
             if base_key and base_key != row.key:
                 test = significance(cell, by.get((base_key, column.name)))
                 if test is not None:
-                    mark = significance_mark(test["p_value"], test["delta"])
+                    mark = significance_mark(test["p_value"], test["delta"], table.marks)
                     marks_used.add(base_key)
             ours = result["tokenized"]["bleu"]
             cells_ += [paper, f"{ours:.2f}{mark}", f"{result['sacrebleu']['bleu']:.2f}"]
@@ -362,34 +384,46 @@ def format_table(table: Table, cells, param_counts=None, speed=None, header_note
                            f"{ours - ours0:+.2f}"]
         body.append(cells_)
     text = f"### {table.title}\n\n{header_note}" + markdown_table(header, body)
-    return text + footer(table, cells, marks_used)
+    return text + footer(table, cells, marks_used, speed=speed)
+
+
+def _bucket_label(bucket):
+    """'len120' (prepare-aspec.sh's split name) -> '120-129' (the paper's label)."""
+    start = int("".join(filter(str.isdigit, bucket)) or 0)
+    return f"{start}-{start + 9}"
 
 
 def format_length_table(table, cells, header_note=""):
-    """Iida Tables 3-4: one row per source-length bucket, the paper's and our BLEU per system,
-    marks against each of the table's baselines."""
-    from ..analysis.scoring import markdown_table, significance_mark
+    """Iida Tables 3-4: one row per source-length bucket (the paper's buckets and any more we
+    have), the paper's and our BLEU per system, marks against each of the table's baselines,
+    and the number of sentences per bucket."""
+    from ..analysis.scoring import markdown_table
     from .runner import length_subsets
 
     by = {c.row.key: c for c in cells}
-    subsets = {}
+    subset_of = {}
     for cell in cells:
-        subsets.update(length_subsets(cell.data_dir, cell.column))
-    header = ["source length"]
+        subset_of.update({_bucket_label(b): s for s, b in length_subsets(cell.data_dir, cell.column).items()})
+    labels = list(paper_tables.IIDA_LENGTH_BUCKETS)
+    labels += sorted(set(subset_of) - set(labels), key=lambda label: int(label.split("-")[0]))
+    header = ["source length", "sentences (paper)", "sentences (ours)"]
     for row in table.rows:
         header += [f"{row.label} (paper)", f"{row.label} (ours)"]
     body = []
-    for subset, bucket in sorted(subsets.items(), key=lambda kv: int("".join(filter(str.isdigit, kv[1])) or 0)):
-        start = int("".join(filter(str.isdigit, bucket)) or 0)
-        label = f"{start}-{start + 9}"
-        line = [label]
+    for label in labels:
+        subset = subset_of.get(label)
+        count = _paper_cell(table, "n_sentences", label)
+        line = [label, count.value if count else "", ""]
         for row in table.rows:
-            paper = paper_tables.printed(table.key, row.key, label) if paper_tables else None
+            paper_cell = _paper_cell(table, row.key, label)
+            paper = "" if paper_cell is None else paper_cell.value + ("(mark)" if paper_cell.mark is None else paper_cell.mark)
             cell = by.get(row.key)
-            if cell is None or not cell.evaluated(subset):
-                line += [paper or "", "missing"]
+            if subset is None or cell is None or not cell.evaluated(subset):
+                line += [paper, "missing"]
                 continue
-            result = json.load(open(cell.result_path(subset), encoding="utf-8"))
+            with open(cell.result_path(subset), encoding="utf-8") as handle:
+                result = json.load(handle)
+            line[2] = result["sentences"]
             marks = ""
             for base_key, single, double in table.baselines:
                 if base_key == row.key:
@@ -397,16 +431,16 @@ def format_length_table(table, cells, header_note=""):
                 test = significance(cell, by.get(base_key), subset)
                 if test is not None and test["delta"] > 0:
                     marks += double if test["p_value"] < 0.01 else single if test["p_value"] < 0.05 else ""
-            line += [paper or "", f"{result['tokenized']['bleu']:.2f}{marks}"]
+            line += [paper, f"{result['tokenized']['bleu']:.2f}{marks}"]
         body.append(line)
     text = f"### {table.title}\n\n{header_note}" + markdown_table(header, body)
     for base_key, single, double in table.baselines:
         label = next(r.label for r in table.rows if r.key == base_key)
-        text += f"\n{single} / {double}: significantly better than {label} (paired bootstrap, p < 0.05 / 0.01)."
+        text += f"\n{single} / {double} after ours: significantly better than {label} (paired bootstrap, p < 0.05 / 0.01)."
     return text + "\n" + footer(table, cells, set(), marks=False)
 
 
-def footer(table, cells, marks_used, marks=True):
+def footer(table, cells, marks_used, marks=True, speed=None):
     from .runner import load_result
 
     lines = []
@@ -418,11 +452,23 @@ def footer(table, cells, marks_used, marks=True):
     if signatures:
         lines.append("sacreBLEU: " + "; ".join(sorted(signatures)))
     if marks and table.columns and table.baseline:
+        single, double = table.marks
         for base_key in sorted(marks_used or {table.baseline}):
             label = next(r.label for r in table.rows if r.key == base_key)
             against = [r.label for r in table.rows if baseline_key(table, r) == base_key and r.key != base_key]
-            lines.append(f"\u2191 / \u21d1 after ours: significantly better than {label} (paired bootstrap, "
-                         f"p < 0.05 / 0.01), for {', '.join(against)}.")
+            lines.append(f"{single} / {double} after ours: significantly better than {label} (paired bootstrap, "
+                         f"1000 samples, tokenized BLEU, p < 0.05 / 0.01), for {', '.join(against)}.")
+    paper = paper_tables.PAPER_TABLES.get(table.key) if paper_tables else None
+    if paper is not None and paper.marks:
+        meanings = "; ".join(f"{glyph} = {mark.meaning}" for glyph, mark in paper.marks.items())
+        lines.append(f"The paper's marks (as printed beside its numbers): {meanings}. \"(mark)\": a mark is printed "
+                     "but the text extraction does not show which one.")
+    if speed is not None:
+        meta = speed.get("_meta", {})
+        lines.append("Train / Decode (ours): training tokens/s and beam-4 decoding sentences/s as a ratio to row 1, "
+                     f"measured by the benchmark harness on one batch ({meta.get('device', '?')}, "
+                     f"{meta.get('dims', '?')} dims, {meta.get('dtype', '?')}, source length {meta.get('src_len', '?')}); "
+                     "paper: its own units with the ratio to its row 1 in brackets.")
     if table.columns:
         lines += assumptions(table)
     return "\n" + "\n".join(lines) + "\n" if lines else ""
@@ -430,17 +476,16 @@ def footer(table, cells, marks_used, marks=True):
 
 def assumptions(table):
     """Evaluation choices the paper does not state, labelled as ours."""
-    stated = paper_tables.stated(table.paper) if paper_tables else {}
-    choices = {
-        "checkpoint": (f"average of the last {table.average_last} checkpoints" if table.average_last
-                       else "checkpoint_best (lowest validation loss)"),
-        "beam": f"beam {table.beam}",
-        "lenpen": f"length penalty {table.lenpen}",
-    }
-    out = []
-    for what, ours in choices.items():
-        quote = stated.get(what)
-        out.append(f"{ours}: " + (f'as the paper states ("{quote}")' if quote else "ASSUMPTION (the paper does not state it)"))
+    unstated = " ".join(paper_tables.PAPERS[table.paper].unstated) if paper_tables and \
+        table.paper in paper_tables.PAPERS else "checkpoint averaging checkpoint selection beam size length penalty"
+    choices = [
+        ("checkpoint", f"average of the last {table.average_last} checkpoints" if table.average_last
+         else "checkpoint_best (lowest validation loss)"),
+        ("beam size", f"beam {table.beam}"),
+        ("length penalty", f"length penalty {table.lenpen}"),
+    ]
+    out = [f"{ours}: {'ASSUMPTION (the paper does not state it)' if what in unstated else 'as the paper states'}"
+           for what, ours in choices]
     return ["Evaluation: " + "; ".join(out) + "."]
 
 
@@ -449,8 +494,3 @@ def main(table_key, argv=None):
 
     return run_main(table_key, argv)
 
-
-try:  # the papers' own numbers and marks, as printed (fairseq_ctx/reproduce/paper_tables.py)
-    from . import paper_tables
-except ImportError:  # noqa: BLE001
-    paper_tables = None
