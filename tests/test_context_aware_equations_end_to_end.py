@@ -10,7 +10,8 @@ Transformer), where every contextualised self-attention layer l of a stack uses
     l_Q = sigmoid(Q V^H_Q + (C U_Q) V^C_Q),  l_K likewise                     (Eq. 6)
     O = ATT(Q^, K^) V                                                         (Eq. 7)
 
-with Q = H^l W_Q (+ b_Q), H^l the layer's self-attention input, and C:
+with Q = H^l W_Q (+ b_Q), H^l the layer's self-attention input (in pre-norm models
+LN of the layer's input, which is what the code reads; the paper is post-norm), and C:
 global c^l = mean of H^l over the real tokens (Eq. 8; on the decoder side the mean of
 the positions <= i, footnote 2), deep C = [H^1, ..., H^{l-1}] (Eq. 9; none in layer 1),
 deep-global c = [c^1, ..., c^l] (Eq. 10), deep-global + deep = both, each with its own
@@ -25,6 +26,7 @@ fairseq_ctx/models/transformer_context_aware.py, the test run, the change revert
   (3) global context averaged over padding too                              -> caught
   (4) decoder global context over the whole target (not the prefix <= i)    -> caught
   (5) contexts built from V = H^l W_V instead of H^l                        -> caught
+tests/equation_mutations.py re-runs them.
 """
 import pytest
 import torch

@@ -5,7 +5,8 @@ The fairseq model's logits ``model(src_tokens, src_lengths, prev_output_tokens)`
 equal a float64 reference that recomputes the whole network from the state dict's
 weights with plain tensor operations (tests/equation_reference.py for the stock
 Transformer), where every routed self-attention layer attends with
-softmax(E + Omega^v + Omega^h) (Eq. 9), E the masked logits (Eq. 4-5) and:
+softmax(E + Omega^v + Omega^h) (Eq. 9), E the masked logits (Eq. 4-5; scaled by
+1/sqrt(d_head) as the stock attention does, where Eq. 4 writes sqrt(d): docs/notes) and:
 
 - Algorithm 1 (simple routing, T iterations) with the softmax over the INPUT capsules
   (line 4), S_n = sum_i C_{i->n} V_{i->n} (Eq. 8), Omega_n = squash(S_n) (Eq. 7),
@@ -29,8 +30,8 @@ fairseq_ctx/models/transformer_cross_agg.py, the test run, the change reverted):
   (2) the routed term skipped in encoder layer 2                           -> caught
   (3) no padding mask for the capsules (padding queries become inputs)     -> caught
   (4) decoder layers built non-causal (Eq. 13's sum over all queries)      -> caught
+tests/equation_mutations.py re-runs them.
 """
-
 import pytest
 import torch
 

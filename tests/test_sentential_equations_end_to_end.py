@@ -16,6 +16,10 @@ fairseq_ctx/models/transformer_sentential.py, the test run, the change reverted)
   (b) deep context over H^0..H^{L-1} instead of H^1..H^L           -> caught
   (c) g0 = MAX(H^1) instead of MAX(H^0) (Eq. 7)                    -> caught
   (d) no residual around FFN_l                                     -> caught
+  (e) every decoder layer given layer 1's W1_g g + b1              -> caught
+  (f) TAM queried by the layer input before its pre-norm LN        -> caught
+  (g) H^L taken before the encoder's final LN (pre-norm)           -> caught
+tests/equation_mutations.py re-runs them (and the other families').
 """
 import math
 
