@@ -1,7 +1,8 @@
 """Float64 references of the stock networks the four papers build on, written from
 the equations as plain tensor operations on the weights read out of a model's state
-dict. Used by the end-to-end equation tests (tests/test_*_equations_end_to_end.py);
-nothing here calls a fairseq or fairseq_ctx module.
+dict. Used by the end-to-end equation tests (tests/test_*_equations_end_to_end.py).
+The reference functions call no fairseq or fairseq_ctx code; ``float64_throughout``
+only changes the precision of the MODEL's run, not what it computes.
 
 - the Transformer (Vaswani et al., 2017) with fairseq's conventions: sinusoidal
   positions (tensor2tensor layout, counted from padding_idx + 1 over the non-padding
