@@ -67,8 +67,11 @@ class AttentivePooling(nn.Module):
     product) with query length 1. Because there is a single query, the key projection
     is folded into the query (score_s = (W_k,h^T q_h) . h_s) and the value projection
     is applied after pooling (sum_s a_s (W_v,h h_s + b_v,h) = W_v,h (sum_s a_s h_s) +
-    b_v,h, as the weights sum to 1): O(S*C) per head instead of projecting every
-    position, O(S*C^2). The key bias is omitted: it adds the same score to every key
+    b_v,h sum_s a_s): O(S*C) per head instead of projecting every position, O(S*C^2).
+    sum_s a_s is 1 after the softmax, but not after attention dropout (which zeroes
+    weights and rescales the rest): in training with dropout b_v,h is weighted by the
+    dropped-out weights' sum, which keeps the rewrite exact; without dropout it is 1.
+    The key bias is omitted: it adds the same score to every key
     of a query, which the softmax cancels, so it could never learn anything.
     """
 
@@ -115,10 +118,15 @@ class AttentivePooling(nn.Module):
         if padding_mask is not None:
             scores = scores.masked_fill(padding_mask.view(1, B, 1, S), float("-inf"))
         weights = F.softmax(scores, dim=-1)
-        weights = F.dropout(weights, p=self.dropout, training=self.training).to(states.dtype)
+        value_bias = self.v_bias.view(P, 1, H, Dh)
+        if self.training and self.dropout > 0:
+            weights = F.dropout(weights, p=self.dropout)
+            # the dropped-out weights no longer sum to 1: b_v,h is weighted by their sum
+            value_bias = value_bias * weights.sum(dim=-1, keepdim=True).to(states.dtype)
+        weights = weights.to(states.dtype)
         pooled = torch.einsum("pbhs,psbc->pbhc", weights, states)
         heads = torch.einsum("pbhc,phec->pbhe", pooled, self.v_weight.view(P, H, Dh, C))
-        heads = heads.reshape(P, B, C) + self.v_bias.unsqueeze(1)
+        heads = (heads + value_bias).reshape(P, B, C)
         return torch.einsum("pbc,pdc->pbd", heads, self.out_weight) + self.out_bias.unsqueeze(1)
 
 

@@ -1,0 +1,216 @@
+"""Re-run the hand mutations the end-to-end equation tests were checked against.
+
+    python tests/equation_mutations.py [sentential|context_aware|cross_agg|multihop ...]
+
+For each mutation: apply its edits to the model code, run the family's
+tests/test_<family>_equations_end_to_end.py, restore the files (always, in a
+``finally``), and print CAUGHT (the tests failed) or MISSED. Run it on a clean
+checkout: it rewrites fairseq_ctx/ files while a mutation's tests run. Not a pytest
+module (it starts a pytest process per mutation, a few seconds each).
+"""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SENTENTIAL = "fairseq_ctx/models/transformer_sentential.py"
+CONTEXT_AWARE = "fairseq_ctx/models/transformer_context_aware.py"
+CROSS_AGG = "fairseq_ctx/models/transformer_cross_agg.py"
+MULTIHOP_MODULE = "fairseq_ctx/modules/multihop_attention.py"
+MULTIHOP_MODEL = "fairseq_ctx/models/lstm_multihop.py"
+
+# family -> (test file, [(mutation, [(file, old text, new text), ...]), ...])
+MUTATIONS = {
+    "sentential": (
+        "tests/test_sentential_equations_end_to_end.py",
+        [
+            (
+                '(a) FFN_l applied after the decoder layer instead of before',
+                [
+                    (SENTENTIAL, 'return super().forward(self.fuse_sentential_context(x), *args, **kwargs)  # Eq. 1',
+                     'out = super().forward(x, *args, **kwargs)\n        return (self.fuse_sentential_context(out[0]),) + tuple(out[1:])'),
+                ],
+            ),
+            (
+                '(b) deep context over H^0..H^{L-1}',
+                [
+                    (SENTENTIAL, 'layer_states = states[1:-1] + encoder_out["encoder_out"]',
+                     'layer_states = states[:-1]'),
+                ],
+            ),
+            (
+                '(c) g0 from H^1 instead of H^0',
+                [
+                    (SENTENTIAL, 'states[0], layer_states, encoder_out["encoder_padding_mask"][0]',
+                     'states[1], layer_states, encoder_out["encoder_padding_mask"][0]'),
+                ],
+            ),
+            (
+                '(d) no residual around FFN_l',
+                [
+                    (SENTENTIAL, '        x = self.residual_connection(x, residual)\n        if not self.normalize_before:\n            x = self.sentential_layer_norm(x)',
+                     '        if not self.normalize_before:\n            x = self.sentential_layer_norm(x)'),
+                ],
+            ),
+            (
+                "(e) every decoder layer reads layer 1's W1_g g + b1",
+                [
+                    (SENTENTIAL, 'sentence_bias=context[f"sentence_bias_{i}"]',
+                     'sentence_bias=context["sentence_bias_0"]'),
+                ],
+            ),
+            (
+                '(f) TAM queried by the raw layer input in pre-norm (before the LayerNorm)',
+                [
+                    (SENTENTIAL, 'g = context.transparent_attention(x, *context.layer_projections)',
+                     'g = context.transparent_attention(residual, *context.layer_projections)'),
+                ],
+            ),
+            (
+                "(g) H^L taken before the encoder's final LayerNorm (pre-norm)",
+                [
+                    (SENTENTIAL, 'layer_states = states[1:-1] + encoder_out["encoder_out"]',
+                     'layer_states = states[1:]'),
+                ],
+            ),
+        ],
+    ),
+    "context_aware": (
+        "tests/test_context_aware_equations_end_to_end.py",
+        [
+            (
+                '(1) the context of Q given to K and vice versa',
+                [
+                    (CONTEXT_AWARE, 'q, k, gates = self.contextualizer(q, k, global_context, deep_context)',
+                     'k, q, gates = self.contextualizer(k, q, global_context, deep_context)'),
+                ],
+            ),
+            (
+                '(2) deep context from the outputs of layers 1..l-1 (= inputs of 2..l)',
+                [
+                    (CONTEXT_AWARE, 'deep_context = torch.cat(history.layer_inputs, dim=-1)  # Eq. 9',
+                     'deep_context = torch.cat(history.layer_inputs[1:] + [x], dim=-1)'),
+                ],
+            ),
+            (
+                '(3) global context averaged over padding too',
+                [
+                    (CONTEXT_AWARE, 'layer_mean = masked_mean(x, padding_mask).unsqueeze(0)',
+                     'layer_mean = masked_mean(x, None).unsqueeze(0)'),
+                ],
+            ),
+            (
+                '(4) decoder global context over the whole target (no prefix)',
+                [
+                    (CONTEXT_AWARE, '            if self.causal:\n',
+                     '            if False:\n'),
+                ],
+            ),
+            (
+                '(5) contexts built from V = H^l W_V instead of H^l',
+                [
+                    (CONTEXT_AWARE, 'global_context, deep_context = self._gather_context(query, key_padding_mask, saved_state)',
+                     'global_context, deep_context = self._gather_context(self.v_proj(query), key_padding_mask, saved_state)'),
+                ],
+            ),
+        ],
+    ),
+    "cross_agg": (
+        "tests/test_cross_agg_equations_end_to_end.py",
+        [
+            (
+                '(1) routing along the wrong axis (queries/keys swapped)',
+                [
+                    (CROSS_AGG, '            logits.view(bsz, self.num_heads, tgt_len, src_len), capsule_padding_mask, routing_state\n        )\n',
+                     '            logits.view(bsz, self.num_heads, tgt_len, src_len).transpose(2, 3), capsule_padding_mask, routing_state\n        )\n        routed = routed.transpose(2, 3).contiguous()\n'),
+                ],
+            ),
+            (
+                '(2) the routed term skipped in encoder layer 2',
+                [
+                    (CROSS_AGG, '        return wrap_layer(CrossAggEncoderLayer(cfg, return_fc=self.return_fc), cfg)',
+                     "        layer = CrossAggEncoderLayer(cfg, return_fc=self.return_fc)\n        CrossAggEncoderLayer._built = getattr(CrossAggEncoderLayer, '_built', 0) + 1\n        layer.self_attn.skip_routing = CrossAggEncoderLayer._built % 2 == 0\n        return wrap_layer(layer, cfg)"),
+                    (CROSS_AGG, '        logits = logits + routed.view_as(logits).to(logits.dtype)  # Eq. 9: E^ = E + Omega^v + Omega^h',
+                     "        if not getattr(self, 'skip_routing', False):\n            logits = logits + routed.view_as(logits).to(logits.dtype)"),
+                ],
+            ),
+            (
+                '(3) no capsule padding mask',
+                [
+                    (CROSS_AGG, '            capsule_padding_mask = key_padding_mask\n',
+                     '            capsule_padding_mask = None\n'),
+                ],
+            ),
+            (
+                '(4) decoder layers routed non-causally',
+                [
+                    (CROSS_AGG, '            routing=routing_options(cfg, causal=True),',
+                     '            routing=routing_options(cfg, causal=False),'),
+                ],
+            ),
+        ],
+    ),
+    "multihop": (
+        "tests/test_multihop_equations_end_to_end.py",
+        [
+            (
+                "(1) every extra hop fed the first hop's contexts",
+                [
+                    (MULTIHOP_MODULE, "        for hop in self.hops:  # Eq. 7-9 or Eq. 19, each hop on the previous hop's output\n            contexts, _ = hop(queries, contexts)\n",
+                     '        first = contexts\n        for hop in self.hops:\n            contexts, _ = hop(queries, first)\n'),
+                ],
+            ),
+            (
+                '(2) source padding mask dropped',
+                [
+                    (MULTIHOP_MODULE, '        if encoder_padding_mask is not None:\n            scores = scores.masked_fill',
+                     '        if False:\n            scores = scores.masked_fill'),
+                ],
+            ),
+            (
+                '(3) glue ignores --hop-mode (always dependent)',
+                [
+                    (MULTIHOP_MODEL, '            hop_mode=args.hop_mode,',
+                     '            hop_mode="dependent",'),
+                ],
+            ),
+            (
+                '(4) Eq. 8 softmax over the batch instead of the heads',
+                [
+                    (MULTIHOP_MODULE, 'return F.softmax(scores, dim=-1).to(u_b_c.dtype).unsqueeze(-1)',
+                     'return F.softmax(scores, dim=0).to(u_b_c.dtype).unsqueeze(-1)'),
+                ],
+            ),
+        ],
+    ),
+}
+
+
+def run(family):
+    test, mutations = MUTATIONS[family]
+    for name, edits in mutations:
+        originals = {}
+        try:
+            for path, old, new in edits:
+                full = os.path.join(ROOT, path)
+                originals.setdefault(full, open(full).read())
+                text = open(full).read()
+                if text.count(old) != 1:
+                    raise SystemExit(f"{name}: the text to mutate is not in {path} exactly once")
+                with open(full, "w") as handle:
+                    handle.write(text.replace(old, new))
+            proc = subprocess.run(
+                [sys.executable, "-m", "pytest", test, "-q", "-p", "no:warnings", "-p", "no:cacheprovider"],
+                cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
+            )
+        finally:
+            for full, text in originals.items():
+                with open(full, "w") as handle:
+                    handle.write(text)
+        summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-200:]
+        print(f"{'CAUGHT' if proc.returncode else 'MISSED'}  {family} {name}  [{summary}]", flush=True)
+
+
+if __name__ == "__main__":
+    for family in sys.argv[1:] or list(MUTATIONS):
+        run(family)
