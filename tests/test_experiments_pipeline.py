@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from fairseq_ctx.reproduce import tables
+from fairseq_ctx.reproduce import runner, tables
 from tests.conftest import ROOT, TINY_TEST_SENTENCES, run
 
 TINY = ("--encoder-embed-dim 16 --encoder-ffn-embed-dim 32 --encoder-layers 2 --encoder-attention-heads 2 "
@@ -57,26 +57,28 @@ def test_evaluate_averages_checks_every_sentence_and_scores_with_significance(di
         tables.Row("avg", "average of the last 2", "unused", {"Zh-En": 2.0}),
         tables.Row("never", "never trained", "unused", {"Zh-En": 3.0}),
     ])
-    out = {row.key: tables.results_dir(str(results), table, row, table.columns[0]) for row in table.rows}
+    cells = {row.key: runner.Cell(table, row, table.columns[0], str(results / row.key), str(tiny_corpus), ["test"], [], None)
+             for row in table.rows}
+    out = {key: cell.eval_dir("test") for key, cell in cells.items()}
     common = [sys.executable, os.path.join(ROOT, "scripts", "eval", "evaluate.py"), "--data", str(tiny_corpus / "bin"),
               "--src", "zh", "--tgt", "en", "--ref", str(tiny_corpus / "raw" / "test.en"),
               "--source", str(tiny_corpus / "raw" / "test.zh"), "--beam", "2", "--max-len-b", "12",
               "--length-buckets", "--bootstrap-samples", "100"]
-    run(common + ["--path", str(save_dir / "checkpoint_1_2.pt"), "--out-dir", os.path.join(out["base"], "eval")])
-    proc = run(common + ["--save-dir", str(save_dir), "--average-last", "2", "--out-dir", os.path.join(out["avg"], "eval"),
-                         "--baseline-hyp", os.path.join(out["base"], "eval", "hyp.detok.en")])
-    result = json.load(open(os.path.join(out["avg"], "eval", "result.json")))
+    run(common + ["--path", str(save_dir / "checkpoint_1_2.pt"), "--out-dir", out["base"]])
+    proc = run(common + ["--save-dir", str(save_dir), "--average-last", "2", "--out-dir", out["avg"],
+                         "--baseline-hyp", os.path.join(out["base"], "hyp.detok.en")])
+    result = json.load(open(os.path.join(out["avg"], "result.json")))
     assert result["averaged"] == ["checkpoint_1_2.pt", "checkpoint_1_4.pt"]
     assert result["sentences"] == TINY_TEST_SENTENCES  # not a multiple of 8: nothing dropped
-    assert len(open(os.path.join(out["avg"], "eval", "hyp.detok.en")).read().splitlines()) == TINY_TEST_SENTENCES
+    assert len(open(os.path.join(out["avg"], "hyp.detok.en")).read().splitlines()) == TINY_TEST_SENTENCES
     assert result["sacrebleu"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert "pretok:en" in result["tokenized"]["signature"] and 0 <= result["tokenized"]["bleu"] <= 100
     assert set(result["bootstrap"]) >= {"baseline", "system", "delta", "p_value"}
     assert sum(r["sentences"] for r in result["length_buckets"]) == TINY_TEST_SENTENCES
     assert "BLEU" in proc.stdout
-    text = tables.format_table(table, str(results))
+    text = tables.format_table(table, list(cells.values()))
     lines = {line.split("|")[2].strip(): line for line in text.splitlines() if line.startswith("| ")}
-    assert f"| {result['tokenized']['bleu']}" in lines["average of the last 2"]
+    assert f"| {result['tokenized']['bleu']:.2f}" in lines["average of the last 2"]
     assert lines["never trained"].count("missing") == 2
     assert "sacreBLEU: nrefs:1" in text
 
