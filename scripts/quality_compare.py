@@ -16,7 +16,24 @@ is a baseline; another config is compared with the baseline of its family (arch 
 starting with ``lstm`` -> the lstm baseline, else the transformer one). Override with
 ``--pair SYSTEM=BASELINE`` (config names without ``.args``).
 
-Finished runs (same settings) are not retrained, so an interrupted comparison resumes.
+Seed-level statistics (fairseq_ctx/analysis/seed_statistics.py), beside the bootstraps:
+per system, the seed-paired mean BLEU difference with its 95 % t confidence interval, a
+paired t-test and an exact Wilcoxon signed-rank test over seeds (the bootstrap measures
+test-set sampling for fixed outputs; these measure what another training seed would do),
+and the numbers of seeds better / worse than the baseline.
+
+Learning curves (``--curve-updates 200,400,800``): the training also saves checkpoints
+every gcd(list) updates (``--save-interval-updates``, fairseq's checkpoint_E_U.pt) and
+validates there (``--disable-validation`` is dropped, ``--validate-interval-updates``),
+each listed update count is scored with the same evaluation as the final checkpoint (all
+test sentences), and the valid loss is read from each run's train.log. Reported: mean and
+min-max over seeds per update count (markdown, JSON ``curves``) and OUT_DIR/curves.png.
+The final update count is always the curve's last point (the final score).
+
+Finished runs and finished curve points (same settings) are not redone, so an
+interrupted comparison resumes; asking for new curve points of finished runs retrains
+them (same seed, same trajectory: saving and validating do not change training) and
+scores only the missing points.
 
     .venv/bin/python scripts/quality_compare.py --updates 2000 --seeds 1 2 3 \\
         --out-dir work/quality --markdown work/quality/table.md
@@ -25,11 +42,14 @@ Tiny smoke budget (minutes on 2 CPU cores): ``--updates 20 --configs '00-*' '01-
 """
 import argparse
 import concurrent.futures
+import functools
 import glob
 import json
 import math
 import os
+import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -86,15 +106,47 @@ def assign_baselines(configs, pairs=None):
 # Training and evaluation (real)
 # ---------------------------------------------------------------------------------------
 
-def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0):
+def curve_interval(curve_updates):
+    """--save-interval-updates that saves a checkpoint at every listed update count."""
+    return functools.reduce(math.gcd, [int(u) for u in curve_updates])
+
+
+def parse_curve_updates(text, updates):
+    """'200,400,800' -> sorted update counts below ``updates`` (the final one is always
+    on the curve: it is the final checkpoint)."""
+    if not text:
+        return []
+    points = sorted({int(x) for x in re.split(r"[,\s]+", str(text).strip()) if x})
+    bad = [u for u in points if u <= 0 or u > updates]
+    if bad:
+        raise ValueError(f"curve update counts {bad} are not within 1..{updates} (--updates)")
+    return [u for u in points if u < updates]
+
+
+def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0,
+          curve_updates=(), restore_file=None):
+    """fairseq-train as scripts/demo.sh runs it. With ``curve_updates`` it also saves
+    (and keeps) a checkpoint and validates every gcd(curve_updates) updates; with
+    ``restore_file`` it starts from that checkpoint (fairseq resumes exactly: optimizer,
+    lr schedule, data order and per-update seeds are in the checkpoint). The log is
+    appended to (a resumed training adds to the log of its first part)."""
+    extra = []
+    if curve_updates:
+        common = [c for c in common if c != "--disable-validation"]
+        arch_args = [c for c in arch_args if c != "--disable-validation"]
+        g = curve_interval(curve_updates)
+        extra += ["--save-interval-updates", str(g), "--keep-interval-updates", "-1",
+                  "--validate-interval-updates", str(g)]
+    if restore_file:
+        extra += ["--restore-file", os.path.abspath(restore_file)]
     cmd = [sys.executable, "-m", "fairseq_cli.train", data_bin, "--user-dir",
            os.path.join(ROOT, "fairseq_ctx"), *common, *arch_args,
-           "--max-update", str(updates), "--seed", str(seed), "--save-dir", save_dir]
+           "--max-update", str(updates), "--seed", str(seed), "--save-dir", save_dir, *extra]
     env = dict(os.environ)
     if threads:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     t0 = time.time()
-    with open(log_path, "w") as log:
+    with open(log_path, "a") as log:
         log.write(" ".join(shlex.quote(c) for c in cmd) + "\n")
         log.flush()
         p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -150,6 +202,8 @@ def paired_bs(base_hyps, sys_hyps, refs, tgt="en", n_samples=1000):
 
 def compare(results, baselines, refs, tgt="en", n_samples=1000, alpha=0.05):
     """results: {config: {seed: {"bleu": x, "hyps": [...]}}} -> per-system comparisons."""
+    from fairseq_ctx.analysis.seed_statistics import seed_difference
+
     out = {}
     for name, base in baselines.items():
         if base is None or name not in results or base not in results:
@@ -169,6 +223,9 @@ def compare(results, baselines, refs, tgt="en", n_samples=1000, alpha=0.05):
             "baseline": base, "seeds": seeds,
             "mean_diff": statistics.mean(diffs) if diffs else float("nan"),
             "diffs": diffs,
+            # seeds as the unit: mean difference, 95 % t CI, paired t and exact Wilcoxon
+            "seed_level": seed_difference({s: results[name][s]["bleu"] for s in seeds},
+                                          {s: results[base][s]["bleu"] for s in seeds}, alpha),
             "per_seed": per_seed, "pooled": pooled,
             "significant_better": sum(1 for s in seeds if per_seed[s]["p_value"] < alpha
                                       and per_seed[s]["system_bleu"] > per_seed[s]["baseline_bleu"]),
@@ -182,7 +239,20 @@ def _f(x, nd=2):
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
-def markdown(summary, comparisons, baselines, meta):
+def _ci(st, nd=2):
+    if st.get("ci_low") is None:
+        return _f(st.get("mean_diff"), nd)
+    return f"{st['mean_diff']:+.{nd}f} [{st['ci_low']:+.{nd}f}, {st['ci_high']:+.{nd}f}]"
+
+
+def _p_wilcoxon(st):
+    if st.get("p_wilcoxon") is None:
+        return "-"
+    return _f(st["p_wilcoxon"], 3) + ("" if st.get("wilcoxon_can_reach_alpha") else " †")
+
+
+def markdown(summary, comparisons, baselines, meta, curves=None, curve_comparisons=None,
+             curve_png=None):
     lines = [
         f"# Quality on real data (Tatoeba zh-en, {meta['updates']} updates, seeds "
         f"{', '.join(map(str, meta['seeds']))})",
@@ -190,37 +260,156 @@ def markdown(summary, comparisons, baselines, meta):
         f"- date: {meta['date']}; data: `{meta['data']}` ({meta['test_sentences']} test sentences); "
         f"beam {meta['beam']}; training settings: `{meta['common']}`",
         "- BLEU: sacreBLEU on detokenised output vs raw references (see signature in the JSON).",
-        "- p: sacreBLEU paired bootstrap (1000 resamples) vs the baseline; per seed, and "
-        "pooled over the seeds' concatenated outputs.",
+        "- Seed level (the unit is the training run): Δ = mean over seeds of (system BLEU - "
+        "baseline BLEU), paired by seed, with its 95 % t-distribution confidence interval; "
+        "p t: paired t-test; p W: exact two-sided Wilcoxon signed-rank test; seeds + / -: "
+        "seeds where the system scored higher / lower.",
+        "- p bootstrap: sacreBLEU paired bootstrap (1000 resamples) vs the baseline; per seed, and "
+        "pooled over the seeds' concatenated outputs. It tests test-set sampling for fixed "
+        "outputs, not seed-to-seed variance.",
         "",
-        "| config | baseline | BLEU per seed | mean | std | Δ mean vs baseline | p per seed | p pooled | sig. better / worse (p<0.05) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| config | baseline | BLEU per seed | mean | std | Δ mean vs baseline [95% CI] | p t | p W "
+        "| seeds + / - | p bootstrap per seed | p pooled | sig. better / worse (bootstrap p<0.05) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    small_n = set()
     for name in sorted(summary):
         s = summary[name]
         c = comparisons.get(name)
+        st = (c or {}).get("seed_level") or {}
+        if c and st.get("p_wilcoxon") is not None and not st.get("wilcoxon_can_reach_alpha"):
+            small_n.add((st["wilcoxon_n"], st["wilcoxon_min_p"]))
         lines.append("| " + " | ".join([
             name, baselines.get(name) or "(baseline)",
             " / ".join(_f(b) for b in s["bleu"]), _f(s["mean"]), _f(s["std"]),
-            _f(c["mean_diff"]) if c else "",
+            (_ci(st) if st else _f(c["mean_diff"])) if c else "",
+            _f(st.get("p_t"), 3) if c else "",
+            _p_wilcoxon(st) if c else "",
+            f"{st['better']} / {st['worse']}" if c and st else "",
             " / ".join(_f(c["per_seed"][k]["p_value"], 3) for k in c["seeds"]) if c else "",
             _f(c["pooled"]["p_value"], 3) if c and c["pooled"] else "",
             f"{c['significant_better']} / {c['significant_worse']}" if c else "",
         ]) + " |")
+    for n, min_p in sorted(small_n):
+        lines.append("")
+        lines.append(f"† {n} non-zero seed difference{'s' if n != 1 else ''}: the exact Wilcoxon test "
+                     f"cannot give a two-sided p below {min_p:.3g}, so it cannot reach p < 0.05 "
+                     "(that needs at least 6 seeds); read it as 'no evidence either way'.")
+    if curves:
+        lines += curve_markdown(curves, curve_comparisons or {}, baselines, meta, curve_png)
     return "\n".join(lines) + "\n"
+
+
+def _cell(curve, u, nd=2):
+    if not curve or u not in curve["updates"]:
+        return ""
+    i = curve["updates"].index(u)
+    return f"{curve['mean'][i]:.{nd}f} ({curve['min'][i]:.{nd}f}-{curve['max'][i]:.{nd}f})"
+
+
+def curve_markdown(curves, curve_comparisons, baselines, meta, curve_png=None):
+    bleu_updates = sorted({u for c in curves.values() for u in (c.get("bleu") or {}).get("updates", [])})
+    valid_updates = sorted({u for c in curves.values() for u in (c.get("valid_loss") or {}).get("updates", [])})
+    lines = ["", "## Learning curves", "",
+             f"Mean over seeds (min-max) at each update count. BLEU: the same evaluation as the "
+             f"final score (all {meta['test_sentences']} test sentences, beam {meta['beam']}); "
+             "valid loss: fairseq's label-smoothed loss on the valid subset (base 2), read from "
+             "each run's train.log. Δ rows: seed-paired mean difference system - baseline "
+             "[95% t CI]." + (f" Plot: `{curve_png}`." if curve_png else "")
+             + (f" Training for the curve: {meta['curve_training']}." if meta.get("curve_training") else "")]
+    for metric, title, ups, nd in (("bleu", "BLEU", bleu_updates, 2),
+                                   ("valid_loss", "Valid loss", valid_updates, 3)):
+        if metric == "valid_loss" and len(bleu_updates) > 1:
+            # the JSON and the plot have every validation; the table the BLEU points
+            ups = [u for u in ups if u in bleu_updates] or ups
+        if not ups:
+            continue
+        lines += ["", f"### {title}", "",
+                  "| config | baseline | " + " | ".join(str(u) for u in ups) + " |",
+                  "|---|---|" + "---|" * len(ups)]
+        for name in sorted(curves):
+            cur = curves[name].get(metric)
+            if not cur or not cur.get("updates"):
+                continue
+            lines.append(f"| {name} | {baselines.get(name) or '(baseline)'} | "
+                         + " | ".join(_cell(cur, u, nd) for u in ups) + " |")
+            diff = (curve_comparisons.get(name) or {}).get(metric)
+            if diff:
+                lines.append(f"| Δ {name} | {baselines.get(name)} | "
+                             + " | ".join(_ci(diff[u], nd) if u in diff else "" for u in ups) + " |")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------
 # Driver
 # ---------------------------------------------------------------------------------------
 
+def _write_json(path, obj):
+    """A result counts as done only when complete: written aside, then renamed."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".partial", "w") as f:
+        json.dump(obj, f)
+    os.replace(path + ".partial", path)
+
+
+def _read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _point_path(run_dir, u):
+    return os.path.join(run_dir, "curve", f"upd{u}", "result.json")
+
+
+def _checkpoints_by_update(save_dir):
+    from fairseq_ctx.analysis.learning_curves import checkpoints_by_update
+
+    return checkpoints_by_update(save_dir)
+
+
+def _done_points(run_dir, settings):
+    """Curve points of this run already scored with these settings: {updates: record}."""
+    out = {}
+    for path in glob.glob(os.path.join(run_dir, "curve", "upd*", "result.json")):
+        rec = _read_json(path)
+        if rec and rec.get("settings") == settings:
+            out[int(rec["updates"])] = rec
+    return out
+
+
+def _with_curves(rec, points, run_dir, updates):
+    """The run's record for the report: final result + BLEU and valid loss by update count."""
+    from fairseq_ctx.analysis.learning_curves import parse_valid_log_file
+
+    rec = dict(rec)
+    rec["curve"] = {u: {"bleu": p["bleu"], "checkpoint": p.get("checkpoint"),
+                        "eval_seconds": p.get("eval_seconds")} for u, p in sorted(points.items())}
+    rec["curve"][updates] = {"bleu": rec["bleu"], "checkpoint": "checkpoint_last.pt",
+                             "eval_seconds": rec.get("eval_seconds")}
+    rec["valid"] = {u: v for u, v in parse_valid_log_file(os.path.join(run_dir, "train.log")).items()
+                    if u <= updates}
+    return rec
+
+
 def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam=5,
-        threads=0, gen_args=(), train_fn=train, eval_fn=evaluate, log=print, jobs=1):
+        threads=0, gen_args=(), train_fn=train, eval_fn=evaluate, log=print, jobs=1,
+        curve_updates=(), keep_checkpoints=False):
     """Train + evaluate every (config, seed) not done already; returns results.
 
     Runs go seed by seed (every config's seed 1 before any seed 2), ``jobs`` at a time,
     so an interrupted comparison already holds whole seeds of every config.
+
+    ``curve_updates``: update counts below ``updates`` to score as well (learning curve);
+    each finished point is kept in RUN/curve/updU/result.json and never recomputed.
+    Checkpoints stay in RUN/checkpoints until every asked-for score of the run is written
+    (so a run interrupted while scoring resumes without retraining), then are deleted
+    unless ``keep_checkpoints``. Each result is
+    {"bleu", "hyps", ..., "curve": {updates: {"bleu", ...}}, "valid": {updates: {"loss", ...}}}.
     """
+    curve_updates = sorted({int(u) for u in curve_updates if int(u) < updates})
     settings_common = f"updates={updates} beam={beam} common={' '.join(common)} gen={' '.join(gen_args)}"
     results = {name: {} for name in configs}
     todo = []
@@ -228,38 +417,89 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         for name in sorted(configs):
             run_dir = os.path.join(out_dir, "runs", name, f"seed{seed}")
             settings = f"{settings_common} args={' '.join(configs[name])} seed={seed}"
-            done = os.path.join(run_dir, "result.json")
-            if os.path.exists(done):
-                with open(done) as f:
-                    prev = json.load(f)
-                if prev.get("settings") == settings:
-                    results[name][seed] = prev
-                    log(f"[quality] {name} seed {seed}: done already (BLEU {prev['bleu']})")
-                    continue
-            todo.append((name, seed, run_dir, settings))
+            prev = _read_json(os.path.join(run_dir, "result.json"))
+            final = prev if prev and prev.get("settings") == settings else None
+            points = _done_points(run_dir, settings)
+            missing = [u for u in curve_updates if u not in points]
+            if final is not None and not missing:
+                results[name][seed] = _with_curves(final, points, run_dir, updates)
+                log(f"[quality] {name} seed {seed}: done already (BLEU {final['bleu']})")
+                continue
+            todo.append((name, seed, run_dir, settings, final, points, missing))
 
-    def one_run(name, seed, run_dir, settings):
+    def one_run(name, seed, run_dir, settings, final, points, missing):
         os.makedirs(run_dir, exist_ok=True)
-        log(f"[quality] {name} seed {seed}: training {updates} updates ({time.strftime('%H:%M:%S')})")
         ckpt_dir = os.path.join(run_dir, "checkpoints")
-        train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir,
-                           os.path.join(run_dir, "train.log"), threads)
-        t0 = time.time()
-        res, hyps = eval_fn(data_bin, os.path.join(ckpt_dir, "checkpoint_last.pt"), ref, beam,
-                            os.path.join(run_dir, "eval"), gen_args=gen_args)
-        rec = {"settings": settings, "bleu": res["bleu"], "signature": res.get("signature"),
-               "sentences": res.get("sentences"), "train_seconds": round(train_s, 1),
-               "eval_seconds": round(time.time() - t0, 1), "hyps": hyps}
-        done = os.path.join(run_dir, "result.json")
-        with open(done + ".partial", "w") as f:  # a run counts as done only when complete
-            json.dump(rec, f)
-        os.replace(done + ".partial", done)
-        # checkpoints are large and not needed once scored
-        for p in glob.glob(os.path.join(ckpt_dir, "*.pt")):
-            os.remove(p)
-        log(f"[quality] {name} seed {seed}: BLEU {res['bleu']} "
-            f"(train {train_s:.0f}s, eval {rec['eval_seconds']:.0f}s)")
-        return name, seed, rec
+        last = os.path.join(ckpt_dir, "checkpoint_last.pt")
+        log_path = os.path.join(run_dir, "train.log")
+        trained = _read_json(os.path.join(ckpt_dir, "trained.json"))
+        if (trained and trained.get("settings") == settings and os.path.exists(last)
+                and set(missing) <= set(trained.get("curve_updates", []))):
+            train_s = trained.get("train_seconds", 0.0)
+            log(f"[quality] {name} seed {seed}: trained already, scoring its checkpoints")
+        else:
+            key = {"settings": settings, "curve_updates": missing}
+            if _read_json(os.path.join(ckpt_dir, "started.json")) == key:
+                # an interrupted training of exactly this: fairseq resumes from checkpoint_last.pt
+                log(f"[quality] {name} seed {seed}: resuming the interrupted training")
+            else:
+                # never let fairseq resume from a checkpoint of other settings
+                shutil.rmtree(ckpt_dir, ignore_errors=True)
+                if os.path.exists(log_path):
+                    os.remove(log_path)
+                _write_json(os.path.join(ckpt_dir, "started.json"), key)
+            log(f"[quality] {name} seed {seed}: training {updates} updates"
+                + (f", checkpoints at {', '.join(map(str, missing))}" if missing else "")
+                + f" ({time.strftime('%H:%M:%S')})")
+            kwargs = {"curve_updates": missing} if missing else {}
+            train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
+                               threads, **kwargs)
+            _write_json(os.path.join(ckpt_dir, "trained.json"),
+                        {"settings": settings, "curve_updates": missing, "train_seconds": round(train_s, 1)})
+        if final is None:
+            t0 = time.time()
+            res, hyps = eval_fn(data_bin, last, ref, beam, os.path.join(run_dir, "eval"), gen_args=gen_args)
+            final = {"settings": settings, "bleu": res["bleu"], "signature": res.get("signature"),
+                     "sentences": res.get("sentences"), "train_seconds": round(train_s, 1),
+                     "eval_seconds": round(time.time() - t0, 1), "hyps": hyps}
+            _write_json(os.path.join(run_dir, "result.json"), final)
+            log(f"[quality] {name} seed {seed}: BLEU {res['bleu']} "
+                f"(train {train_s:.0f}s, eval {final['eval_seconds']:.0f}s)")
+        for u in missing:
+            ckpt = _checkpoints_by_update(ckpt_dir).get(u)
+            side = None
+            if ckpt is None:
+                ckpt, side = recover_checkpoint(name, seed, u, ckpt_dir, run_dir)
+            t0 = time.time()
+            point_dir = os.path.dirname(_point_path(run_dir, u))
+            res, hyps = eval_fn(data_bin, ckpt, ref, beam, os.path.join(point_dir, "eval"), gen_args=gen_args)
+            points[u] = {"settings": settings, "updates": u, "bleu": res["bleu"],
+                         "signature": res.get("signature"), "sentences": res.get("sentences"),
+                         "checkpoint": os.path.relpath(ckpt, ckpt_dir),
+                         "eval_seconds": round(time.time() - t0, 1), "hyps": hyps}
+            _write_json(_point_path(run_dir, u), points[u])
+            if side and not keep_checkpoints:
+                shutil.rmtree(side, ignore_errors=True)
+            log(f"[quality] {name} seed {seed}: BLEU {res['bleu']} at {u} updates")
+        if not keep_checkpoints:  # checkpoints are large and not needed once scored
+            shutil.rmtree(ckpt_dir, ignore_errors=True)
+        return name, seed, _with_curves(final, points, run_dir, updates)
+
+    def recover_checkpoint(name, seed, u, ckpt_dir, run_dir):
+        """fairseq names a save that ends an epoch checkpointE.pt (which --no-epoch-checkpoints
+        suppresses), not checkpoint_E_U.pt: when a curve point falls on an epoch's end,
+        train again to exactly U from the latest earlier checkpoint (bit-exact, fairseq
+        resumes deterministically) in a side directory."""
+        earlier = {v: p for v, p in _checkpoints_by_update(ckpt_dir).items() if v < u}
+        start = earlier[max(earlier)] if earlier else None
+        side = os.path.join(ckpt_dir, f"to{u}")
+        shutil.rmtree(side, ignore_errors=True)
+        log(f"[quality] {name} seed {seed}: no checkpoint_E_{u}.pt ({u} updates ended an epoch); "
+            f"training to {u} from {os.path.basename(start) if start else 'scratch'}")
+        kwargs = {"restore_file": start} if start else {}
+        train_fn(data_bin, common, configs[name], u, seed, side,
+                 os.path.join(run_dir, f"train.to{u}.log"), threads, **kwargs)
+        return os.path.join(side, "checkpoint_last.pt"), side
 
     # each run is a training and a generation subprocess: threads here only wait on them
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -275,7 +515,38 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     return results
 
 
-def main(argv=None):
+def learning_curves(results, baselines, seeds):
+    """Per config: BLEU and valid loss curves over seeds; per system: seed-paired
+    differences at each update count. Returns (curves, curve_comparisons)."""
+    from fairseq_ctx.analysis.seed_statistics import curve_summary, seed_difference
+
+    curves = {}
+    for name, runs in results.items():
+        have = [s for s in seeds if s in runs]
+        if not have:
+            continue
+        curves[name] = {
+            "bleu": curve_summary({s: {u: p["bleu"] for u, p in runs[s].get("curve", {}).items()} for s in have}),
+            "valid_loss": curve_summary({s: {u: v["loss"] for u, v in runs[s].get("valid", {}).items()}
+                                         for s in have}),
+        }
+    comparisons = {}
+    for name, base in baselines.items():
+        if not base or name not in curves or base not in curves:
+            continue
+        comparisons[name] = {"baseline": base}
+        for metric, key in (("bleu", "curve"), ("valid_loss", "valid")):
+            ups = sorted(set(curves[name][metric]["updates"]) & set(curves[base][metric]["updates"]))
+            field = "bleu" if metric == "bleu" else "loss"
+            comparisons[name][metric] = {
+                u: seed_difference({s: r[key][u][field] for s, r in results[name].items() if s in seeds},
+                                   {s: r[key][u][field] for s, r in results[base].items() if s in seeds},
+                                   higher_is_better=metric == "bleu")
+                for u in ups}
+    return curves, comparisons
+
+
+def main(argv=None, train_fn=train, eval_fn=evaluate):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", default="work/demo/data",
                    help="prepared Tatoeba dir (bin/ + raw/test.TGT); prepared with "
@@ -294,6 +565,13 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=1,
                    help="runs at a time (e.g. 2 jobs x 1 thread on 2 cores)")
     p.add_argument("--n-samples", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument("--curve-updates", default="", metavar="U1,U2,...",
+                   help="learning curve: also score the checkpoints at these update counts "
+                        "(saved every gcd(list) updates; validation on at the same interval); "
+                        "the final --updates is always the last point")
+    p.add_argument("--curve-png", default=None, help="learning-curve plot (default OUT_DIR/curves.png)")
+    p.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep each run's checkpoints after scoring (default: deleted)")
     p.add_argument("--out-dir", default="work/quality")
     p.add_argument("--json", default=None, help="default OUT_DIR/quality.json")
     p.add_argument("--markdown", default=None, help="default OUT_DIR/quality.md")
@@ -301,6 +579,10 @@ def main(argv=None):
     p.add_argument("--tgt", default="en")
     p.add_argument("gen_args", nargs="*", help="extra fairseq-generate arguments (after --)")
     a = p.parse_args(argv)
+    try:
+        curve_updates = parse_curve_updates(a.curve_updates, a.updates)
+    except ValueError as error:
+        p.error(f"--curve-updates: {error}")
 
     names = set()
     for g in a.configs:
@@ -328,26 +610,52 @@ def main(argv=None):
     with open(ref, encoding="utf-8") as f:
         refs = [line.rstrip("\n") for line in f]
 
+    if curve_updates:
+        g = curve_interval(curve_updates)
+        print(f"[quality] learning curve at {', '.join(map(str, curve_updates + [a.updates]))} updates: "
+              f"checkpoints and validation every {g} updates (up to {a.updates // g} checkpoints "
+              "per run until it is scored)", file=sys.stderr)
     if a.threads:  # training and fairseq-generate subprocesses inherit it
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(a.threads)
     os.makedirs(a.out_dir, exist_ok=True)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     results = run(configs, baselines, a.seeds, a.updates, common, data_bin, ref, a.out_dir,
-                  a.beam, a.threads, a.gen_args, log=log, jobs=a.jobs)
+                  a.beam, a.threads, a.gen_args, train_fn=train_fn, eval_fn=eval_fn, log=log,
+                  jobs=a.jobs, curve_updates=curve_updates, keep_checkpoints=a.keep_checkpoints)
     summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
     comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
+    curves, curve_comparisons = learning_curves(results, baselines, a.seeds)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "updates": a.updates, "seeds": a.seeds,
             "beam": a.beam, "data": a.data_dir, "test_sentences": len(refs),
-            "common": " ".join(common), "command": " ".join(shlex.quote(x) for x in sys.argv)}
-    md = markdown(summary, comparisons, baselines, meta)
+            "common": " ".join(common), "curve_updates": curve_updates + [a.updates],
+            "curve_training": (f"as common, without --disable-validation, plus --save-interval-updates "
+                               f"{curve_interval(curve_updates)} --keep-interval-updates -1 "
+                               f"--validate-interval-updates {curve_interval(curve_updates)}")
+            if curve_updates else None,
+            "command": " ".join(shlex.quote(x) for x in sys.argv)}
+    # a plot only when there is a curve: intermediate BLEU points or logged validations
+    has_curve = any(len(c["bleu"]["updates"]) > 1 or c["valid_loss"]["updates"] for c in curves.values())
+    png = None
+    if has_curve:
+        from fairseq_ctx.analysis.learning_curves import plot_learning_curves
+
+        png = a.curve_png or os.path.join(a.out_dir, "curves.png")
+        pairs = [(n, b) for n, b in sorted(baselines.items()) if b] or [(n, None) for n in sorted(configs)]
+        plot_learning_curves(curves, pairs, png, title=f"mean over seeds {', '.join(map(str, a.seeds))}, "
+                                                        "band: min-max")
+    md_path = a.markdown or os.path.join(a.out_dir, "quality.md")
+    png_in_md = os.path.relpath(png, os.path.dirname(os.path.abspath(md_path))) if png else None
+    md = markdown(summary, comparisons, baselines, meta, curves if has_curve else None,
+                  curve_comparisons, png_in_md)
     print(md)
     out = {"meta": meta, "configs": {n: " ".join(v) for n, v in configs.items()},
            "baselines": baselines, "summary": summary, "comparisons": comparisons,
+           "curves": curves, "curve_comparisons": curve_comparisons, "curve_png": png,
            "runs": {n: {str(s): {k: v for k, v in r.items() if k != "hyps"}
                         for s, r in results[n].items()} for n in results}}
     with open(a.json or os.path.join(a.out_dir, "quality.json"), "w") as f:
         json.dump(out, f, indent=1)
-    with open(a.markdown or os.path.join(a.out_dir, "quality.md"), "w") as f:
+    with open(md_path, "w") as f:
         f.write(md)
     return out
 

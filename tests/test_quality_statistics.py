@@ -1,0 +1,539 @@
+"""Seed-level statistics and learning curves of scripts/quality_compare.py.
+
+* ``seed_difference`` against values computed here from the formulas (closed-form t
+  distribution for df = 2, a numerically integrated t density for df = 5, the exact
+  signed-rank distribution by enumerating sign patterns), not by calling scipy as the
+  code does;
+* parsing of fairseq-train's validation lines (an excerpt of a real log) and of the
+  checkpoint names ``--save-interval-updates`` writes;
+* the PNG; the training command; an end-to-end run of quality_compare.main with fake
+  training / evaluation (resume, new curve points, an epoch-end curve point, an
+  interrupted scoring);
+* one real tiny run (fairseq-train + fairseq-generate on the tiny Tatoeba slice) whose
+  curve point falls on an epoch's end.
+"""
+import importlib.util
+import itertools
+import json
+import math
+import os
+import random
+import re
+import types
+
+import pytest
+
+from fairseq_ctx.analysis.learning_curves import (
+    checkpoint_at, checkpoints_by_update, parse_valid_log, plot_learning_curves)
+from fairseq_ctx.analysis.seed_statistics import curve_summary, seed_difference, wilcoxon_seeds_needed
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def qc():
+    spec = importlib.util.spec_from_file_location("quality_compare_stats",
+                                                  os.path.join(ROOT, "scripts", "quality_compare.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ---------------------------------------------------------------------------------------
+# seed_difference, by hand
+# ---------------------------------------------------------------------------------------
+
+def t_two_sided_p(t, df, steps=20000):
+    """P(|T| >= |t|) for Student's t with df degrees of freedom: 1 - 2 * integral of the
+    density from 0 to |t| (Simpson's rule)."""
+    c = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2))
+    pdf = lambda x: c * (1 + x * x / df) ** (-(df + 1) / 2)  # noqa: E731
+    a, b = 0.0, abs(t)
+    h = (b - a) / steps
+    s = pdf(a) + pdf(b) + sum((4 if i % 2 else 2) * pdf(a + i * h) for i in range(1, steps))
+    return 1 - 2 * s * h / 3
+
+
+def t_quantile(q, df):
+    """Upper quantile by bisection on t_two_sided_p: P(|T| >= x) = 2 (1 - q)."""
+    lo, hi = 0.0, 50.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if t_two_sided_p(mid, df, 4000) > 2 * (1 - q):
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def signed_rank_p(diffs):
+    """Exact two-sided Wilcoxon signed-rank p (no zeros, no ties): enumerate all 2**n
+    sign patterns of the ranks 1..n; p = P(min(W+, W-) <= observed min)."""
+    ranks = {abs(d): r for r, d in enumerate(sorted(diffs, key=abs), start=1)}
+    w_plus = sum(ranks[abs(d)] for d in diffs if d > 0)
+    n = len(diffs)
+    total = n * (n + 1) // 2
+    observed = min(w_plus, total - w_plus)
+    hits = 0
+    for signs in itertools.product((0, 1), repeat=n):
+        w = sum(r for r, s in zip(range(1, n + 1), signs) if s)
+        hits += min(w, total - w) <= observed
+    return hits / 2 ** n
+
+
+def test_three_seeds_closed_form():
+    # system 3, 4, 6 vs baseline 2, 2, 2: differences 1, 2, 4
+    st = seed_difference({1: 3.0, 2: 4.0, 3: 6.0}, {1: 2.0, 2: 2.0, 3: 2.0})
+    mean = 7 / 3
+    sd = math.sqrt(((1 - mean) ** 2 + (2 - mean) ** 2 + (4 - mean) ** 2) / 2)  # sqrt(7/3)
+    se = sd / math.sqrt(3)  # sqrt(7) / 3
+    t = mean / se  # sqrt(7)
+    assert st["n"] == 3 and st["df"] == 2 and st["seeds"] == [1, 2, 3]
+    assert st["diffs"] == [1.0, 2.0, 4.0]
+    assert st["mean_diff"] == pytest.approx(mean)
+    assert st["sd_diff"] == pytest.approx(math.sqrt(7 / 3))
+    assert st["se"] == pytest.approx(math.sqrt(7) / 3)
+    assert st["t"] == pytest.approx(math.sqrt(7))
+    # Student's t with 2 degrees of freedom: P(|T| >= t) = 1 - t / sqrt(2 + t^2)
+    assert st["p_t"] == pytest.approx(1 - t / math.sqrt(2 + t * t))  # = 1 - sqrt(7)/3 = 0.1181
+    assert st["p_t"] == pytest.approx(0.118083, abs=1e-6)
+    # 97.5 % quantile with df = 2: t / sqrt(2 + t^2) = 0.95  =>  t = 0.95 sqrt(2 / (1 - 0.95^2))
+    q = 0.95 * math.sqrt(2 / (1 - 0.95 ** 2))
+    assert q == pytest.approx(4.302653, abs=1e-6)  # the table value 4.303
+    assert st["ci_low"] == pytest.approx(mean - q * se)
+    assert st["ci_high"] == pytest.approx(mean + q * se)
+    assert st["ci_low"] == pytest.approx(-1.461250, abs=1e-5)
+    assert st["ci_high"] == pytest.approx(6.127916, abs=1e-5)
+    # all three differences positive: W- = 0, the most extreme of 2^3 sign patterns on
+    # each side: p = 2 / 8
+    assert st["p_wilcoxon"] == pytest.approx(0.25)
+    assert st["wilcoxon_min_p"] == pytest.approx(0.25)
+    assert st["wilcoxon_can_reach_alpha"] is False
+    assert "cannot reach p < 0.05" in st["note"] and "needs 6" in st["note"]
+    assert (st["better"], st["worse"], st["ties"]) == (3, 0, 0)
+    json.dumps(st, allow_nan=False)
+
+
+def test_six_seeds_integrated_t_and_enumerated_wilcoxon():
+    base = [20.0, 21.5, 19.0, 22.0, 20.5, 21.0]
+    diffs = [1.0, -2.0, 3.0, 4.0, 5.0, 6.0]
+    st = seed_difference([b + d for b, d in zip(base, diffs)], base)
+    n = 6
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    se = sd / math.sqrt(n)
+    t = mean / se
+    assert st["mean_diff"] == pytest.approx(mean)
+    assert st["t"] == pytest.approx(t)
+    assert st["p_t"] == pytest.approx(t_two_sided_p(t, 5), abs=1e-7)
+    q = t_quantile(0.975, 5)
+    assert q == pytest.approx(2.570582, abs=1e-5)  # the table value 2.571
+    assert st["ci_low"] == pytest.approx(mean - q * se, abs=1e-5)
+    assert st["ci_high"] == pytest.approx(mean + q * se, abs=1e-5)
+    # ranks 1..6, the negative one has rank 2: W- = 2; sign patterns with a rank sum
+    # <= 2 on one side: {}, {1}, {2} -> 3 of 64, two-sided 6 / 64
+    assert signed_rank_p(diffs) == pytest.approx(6 / 64)
+    assert st["p_wilcoxon"] == pytest.approx(6 / 64)
+    assert st["wilcoxon_can_reach_alpha"] is True and st["wilcoxon_min_p"] == pytest.approx(2 / 64)
+    assert (st["better"], st["worse"]) == (5, 1)
+    assert st["note"] is None
+    # six seeds all better: the smallest p the test has, 2 / 64 < 0.05
+    st = seed_difference([1, 2, 3, 4, 5, 6.5], [0] * 6)
+    assert st["p_wilcoxon"] == pytest.approx(2 / 64) == pytest.approx(signed_rank_p([1, 2, 3, 4, 5, 6.5]))
+    assert wilcoxon_seeds_needed(0.05) == 6 and wilcoxon_seeds_needed(0.01) == 8
+
+
+def test_edge_cases_pairing_ties_and_undefined_values():
+    # paired on the seeds both have; a tie counts neither way, Wilcoxon drops it
+    st = seed_difference({1: 10.0, 2: 12.0, 3: 11.0, 9: 50.0}, {1: 10.0, 2: 11.0, 3: 10.0, 4: 0.0})
+    assert st["seeds"] == [1, 2, 3] and st["diffs"] == [0.0, 1.0, 1.0]
+    assert (st["better"], st["worse"], st["ties"], st["wilcoxon_n"]) == (2, 0, 1, 2)
+    assert st["wilcoxon_min_p"] == pytest.approx(0.5)
+    # one seed: a mean, nothing else
+    st = seed_difference([12.0], [10.0])
+    assert st["mean_diff"] == 2.0 and st["ci_low"] is None and st["p_t"] is None
+    assert "one seed" in st["note"]
+    # identical non-zero differences: no spread, t infinite -> p_t 0, CI collapses
+    st = seed_difference([11.0, 12.0, 13.0], [10.0, 11.0, 12.0])
+    assert st["p_t"] == 0.0 and st["ci_low"] == pytest.approx(1.0) and st["ci_high"] == pytest.approx(1.0)
+    # no difference at all: no test
+    st = seed_difference([1.0, 2.0], [1.0, 2.0])
+    assert st["p_t"] is None and st["p_wilcoxon"] is None and st["ties"] == 2
+    assert seed_difference([], [])["mean_diff"] is None
+    with pytest.raises(ValueError):
+        seed_difference([1.0], [1.0, 2.0])
+    json.dumps(st, allow_nan=False)
+
+
+def test_curve_summary_keeps_update_counts_every_seed_has():
+    cs = curve_summary({1: {10: 1.0, 20: 2.0, 30: 3.0}, 2: {"10": 3.0, "20": 6.0}})
+    assert cs["updates"] == [10, 20] and cs["n"] == 2
+    assert cs["mean"] == [2.0, 4.0] and cs["min"] == [1.0, 2.0] and cs["max"] == [3.0, 6.0]
+    assert cs["sd"] == pytest.approx([math.sqrt(2), math.sqrt(8)])
+    assert cs["per_seed"]["1"] == {"10": 1.0, "20": 2.0, "30": 3.0}
+
+
+# ---------------------------------------------------------------------------------------
+# fairseq logs and checkpoints
+# ---------------------------------------------------------------------------------------
+
+# fairseq-train output (fairseq 0.12, --no-progress-bar, tiny Tatoeba slice, transformer
+# 1+1 layers of 32, --max-tokens 400: 26 updates per epoch, --save-interval-updates 5
+# --validate-interval-updates 5), cut to the lines around validations; the
+# 'valid on 'test' subset' line is that format for another subset
+REAL_LOG = """\
+2026-11-23 02:09:28 | INFO | fairseq.trainer | begin training epoch 1
+2026-11-23 02:09:28 | INFO | fairseq_cli.train | Start iterating over samples
+2026-11-23 02:09:28 | INFO | fairseq_cli.train | begin validation on "valid" subset
+2026-11-23 02:09:28 | INFO | fairseq.tasks.fairseq_task | can_reuse_epoch_itr = True
+2026-11-23 02:09:28 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.997 | nll_loss 8.963 | ppl 499.09 | wps 27197.9 | wpb 163.5 | bsz 10 | num_updates 5
+2026-11-23 02:09:28 | INFO | fairseq.checkpoint_utils | Preparing to save checkpoint for epoch 1 @ 5 updates
+2026-11-23 02:09:28 | INFO | fairseq.trainer | Saving checkpoint to /tmp/stats-tiny/ck2/checkpoint_1_5.pt
+2026-11-23 02:09:28 | INFO | fairseq.checkpoint_utils | Saved checkpoint ck2/checkpoint_1_5.pt (epoch 1 @ 5 updates, score 8.997) (writing took 0.014892023999891535 seconds)
+2026-11-23 02:09:28 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.637 | nll_loss 8.568 | ppl 379.42 | wps 22644.9 | wpb 163.5 | bsz 10 | num_updates 10 | best_loss 8.637
+2026-11-23 02:09:28 | INFO | train_inner | epoch 001:     25 / 26 loss=8.676, nll_loss=8.613, ppl=391.51, wps=12145.6, ups=45.86, wpb=265.1, bsz=16.2, num_updates=25, lr=0.002, gnorm=0.718, train_wall=0, wall=2
+2026-11-23 02:09:28 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.071 | nll_loss 7.951 | ppl 247.48 | wps 25670.4 | wpb 163.5 | bsz 10 | num_updates 25 | best_loss 8.071
+2026-11-23 02:09:28 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.048 | nll_loss 7.926 | ppl 243.24 | wps 24963.3 | wpb 163.5 | bsz 10 | num_updates 26 | best_loss 8.048
+2026-11-23 02:09:28 | INFO | valid | epoch 001 | valid on 'test' subset | loss 7.5 | nll_loss 7.4 | ppl 180.1 | wps 24963.3 | wpb 163.5 | bsz 10 | num_updates 26
+2026-11-23 02:09:28 | INFO | fairseq.checkpoint_utils | Saved checkpoint ck2/checkpoint_best.pt (epoch 1 @ 26 updates, score 8.048) (writing took 0.014879711000048701 seconds)
+2026-11-23 02:09:28 | INFO | fairseq_cli.train | end of epoch 1 (average epoch stats below)
+2026-11-23 02:09:28 | INFO | train | epoch 001 | loss 8.646 | nll_loss 8.58 | ppl 382.81 | wps 11336.8 | ups 42.26 | wpb 268.3 | bsz 16.6 | num_updates 26 | lr 0.002 | gnorm 0.707 | train_wall 0 | wall 2
+2026-11-23 02:09:28 | INFO | valid | epoch 002 | valid on 'valid' subset | loss 7.967 | nll_loss 7.838 | ppl 228.81 | wps 24764.2 | wpb 163.5 | bsz 10 | num_updates 30 | best_loss 7.967
+"""
+# the same run resumed from checkpoint_1_25.pt appends a second validation at 26
+RESUMED = """\
+2026-11-23 02:11:24 | INFO | fairseq.trainer | Loaded checkpoint /tmp/stats-tiny/ck2/checkpoint_1_25.pt (epoch 1 @ 25 updates)
+2026-11-23 02:11:24 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.049 | nll_loss 7.926 | ppl 243.24 | wps 29997.3 | wpb 163.5 | bsz 10 | num_updates 26 | best_loss 8.048
+"""
+# --log-format json
+JSON_LOG = """\
+2026-11-23 02:21:45 | INFO | train_inner | {"epoch": 1, "update": 0.077, "loss": "9.363", "nll_loss": "9.364", "ppl": "659.11", "wps": "10463.5", "ups": "42.39", "wpb": "258.5", "bsz": "17.5", "num_updates": "2", "lr": "0.002", "gnorm": "1.06", "train_wall": "0", "wall": "1"}
+2026-11-23 02:21:45 | INFO | valid | {"epoch": 1, "valid_loss": "9.293", "valid_nll_loss": "9.288", "valid_ppl": "625.26", "valid_wps": "21337", "valid_wpb": "163.5", "valid_bsz": "10", "valid_num_updates": "2"}
+2026-11-23 02:21:45 | INFO | valid | {"epoch": 1, "valid_loss": "9.086", "valid_nll_loss": "9.062", "valid_ppl": "534.35", "valid_wps": "20742.7", "valid_wpb": "163.5", "valid_bsz": "10", "valid_num_updates": "4", "valid_best_loss": "9.086"}
+2026-11-23 02:21:45 | INFO | train | {"epoch": 1, "train_loss": "9.289", "train_nll_loss": "9.285", "train_ppl": "623.64", "train_wps": "5781.5", "train_ups": "22.71", "train_wpb": "258.8", "train_bsz": "15.8", "train_num_updates": "4", "train_lr": "0.002", "train_gnorm": "0.984", "train_train_wall": "0", "train_wall": "2"}
+"""
+
+
+def test_parse_valid_log_of_real_fairseq_output():
+    v = parse_valid_log(REAL_LOG)
+    assert list(v) == [5, 10, 25, 26, 30]  # train / train_inner / test-subset lines ignored
+    assert v[5] == {"loss": 8.997, "nll_loss": 8.963, "ppl": 499.09, "epoch": 1}
+    assert v[26]["loss"] == 8.048 and v[30]["epoch"] == 2
+    assert parse_valid_log(REAL_LOG, subset="test") == {26: {"loss": 7.5, "nll_loss": 7.4, "ppl": 180.1, "epoch": 1}}
+    assert parse_valid_log(REAL_LOG + RESUMED)[26]["loss"] == 8.049  # the last line per update count
+    j = parse_valid_log(JSON_LOG)
+    assert j == {2: {"loss": 9.293, "nll_loss": 9.288, "ppl": 625.26, "epoch": 1},
+                 4: {"loss": 9.086, "nll_loss": 9.062, "ppl": 534.35, "epoch": 1}}
+    assert parse_valid_log("no validation here\n") == {}
+
+
+def test_checkpoint_names(tmp_path):
+    for name in ("checkpoint_1_5.pt", "checkpoint_2_30.pt", "checkpoint_2_130.pt", "checkpoint_last.pt",
+                 "checkpoint_best.pt", "checkpoint3.pt"):
+        (tmp_path / name).write_text("")
+    assert sorted(checkpoints_by_update(str(tmp_path))) == [5, 30, 130]
+    assert checkpoint_at(str(tmp_path), 30).endswith("checkpoint_2_30.pt")
+    assert checkpoint_at(str(tmp_path), 13) is None
+    assert checkpoints_by_update(str(tmp_path / "missing")) == {}
+
+
+def test_plot_is_written(tmp_path):
+    cs = lambda m: curve_summary({1: {10: m, 20: m + 1, 30: m + 1.5}, 2: {10: m + 0.4, 20: m + 1.2, 30: m + 2}})  # noqa: E731
+    curves = {"00-base": {"bleu": cs(5.0), "valid_loss": cs(-9.0)},
+              "01-sys": {"bleu": cs(6.0), "valid_loss": cs(-9.5)},
+              "02-empty": {"bleu": curve_summary({}), "valid_loss": curve_summary({})}}
+    path = str(tmp_path / "sub" / "curves.png")
+    assert plot_learning_curves(curves, [("01-sys", "00-base"), ("02-empty", "00-base")], path) == path
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    import matplotlib.image
+
+    img = matplotlib.image.imread(path)
+    assert img.shape[0] > 300 and img.shape[1] > 600
+    assert not [f for f in os.listdir(tmp_path / "sub") if f != "curves.png"]
+
+
+# ---------------------------------------------------------------------------------------
+# quality_compare: options, training command
+# ---------------------------------------------------------------------------------------
+
+def test_parse_curve_updates_and_interval(qc):
+    assert qc.parse_curve_updates("400,200 800", 1000) == [200, 400, 800]
+    assert qc.parse_curve_updates("200,1000", 1000) == [200]  # the final point is always there
+    assert qc.parse_curve_updates("", 1000) == []
+    for bad in ("0,200", "1200"):
+        with pytest.raises(ValueError):
+            qc.parse_curve_updates(bad, 1000)
+    assert qc.curve_interval([200, 400, 800]) == 200 and qc.curve_interval([300, 500]) == 100
+
+
+def test_train_command(qc, tmp_path, monkeypatch):
+    cmds = []
+
+    def fake_run(cmd, stdout=None, stderr=None, env=None):
+        cmds.append(cmd)
+        return types.SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(qc.subprocess, "run", fake_run)
+    common = ["--lr", "1e-3", "--disable-validation", "--no-epoch-checkpoints"]
+    log = str(tmp_path / "train.log")
+    qc.train("bin", common, ["--arch", "transformer"], 800, 3, "ck", log)
+    qc.train("bin", common, ["--arch", "transformer"], 800, 3, "ck", log, curve_updates=[300, 500])
+    qc.train("bin", common, ["--arch", "transformer"], 500, 3, "side", log, restore_file="ck/checkpoint_1_400.pt")
+    plain, curve, restore = cmds
+    assert "--disable-validation" in plain and "--save-interval-updates" not in plain
+    assert "--disable-validation" not in curve
+    text = " ".join(curve)
+    assert "--save-interval-updates 100 --keep-interval-updates -1 --validate-interval-updates 100" in text
+    assert "--max-update 800 --seed 3 --save-dir ck" in text
+    i = restore.index("--restore-file")
+    assert restore[i + 1] == os.path.abspath("ck/checkpoint_1_400.pt")
+    assert "--max-update 500" in " ".join(restore) and "--disable-validation" in restore
+    with open(log) as f:  # appended, one command line per training
+        assert sum(1 for line in f if "fairseq_cli.train" in line) == 3
+
+
+# ---------------------------------------------------------------------------------------
+# quality_compare end to end, with fakes
+# ---------------------------------------------------------------------------------------
+
+EPOCH = 25  # fake epoch length (fairseq writes no checkpoint_E_U.pt for a save that ends an epoch)
+UPDATES = 60
+ARCH_QUALITY = {"transformer": 0.3, "transformer_x": 0.5}
+
+
+def _refs(n=80, seed=0):
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(300)]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(5, 12))) for _ in range(n)]
+
+
+def _loss(arch, seed, u):
+    return 10 - 3 * u / UPDATES - (0.4 if arch == "transformer_x" else 0.0) + 0.05 * seed
+
+
+class Fakes:
+    """fairseq-train / fairseq_ctx.evaluate stand-ins that behave like them where the
+    driver cares: checkpoint names, epoch ends, validation lines, resume."""
+
+    def __init__(self, configs, refs):
+        self.configs, self.refs = configs, refs
+        self.train_calls, self.eval_calls = [], []
+        self.fail_eval_at = None
+
+    def train(self, data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0,
+              curve_updates=(), restore_file=None):
+        arch = arch_args[1]
+        self.train_calls.append({"arch": arch, "seed": seed, "updates": updates,
+                                 "curve": tuple(curve_updates), "restore": restore_file})
+        assert not os.path.exists(os.path.join(save_dir, "checkpoint_last.pt")), "would resume"
+        os.makedirs(save_dir, exist_ok=True)
+        start = int(re.search(r"_(\d+)\.pt$", restore_file).group(1)) if restore_file else 0
+        interval = math.gcd(*curve_updates) if curve_updates else 0
+        validate = bool(curve_updates) or "--disable-validation" not in common
+        lines = []
+        for u in range(start + 1, updates + 1):
+            epoch, end_of_epoch = (u - 1) // EPOCH + 1, u % EPOCH == 0
+            saving = interval and u % interval == 0
+            if validate and (saving or end_of_epoch or u == updates):
+                lines.append(f"2026-11-23 02:09:28 | INFO | valid | epoch {epoch:03d} | valid on 'valid' subset | "
+                             f"loss {_loss(arch, seed, u):.3f} | nll_loss 1 | ppl 2 | wps 3 | wpb 4 | bsz 5 | "
+                             f"num_updates {u}")
+            if saving and not end_of_epoch:
+                open(os.path.join(save_dir, f"checkpoint_{epoch}_{u}.pt"), "w").close()
+        with open(os.path.join(save_dir, "checkpoint_last.pt"), "w") as f:
+            f.write(str(updates))
+        with open(log_path, "a") as f:
+            f.write("".join(line + "\n" for line in lines))
+        return 0.1
+
+    def evaluate(self, data_bin, ckpt, ref, beam, out_dir, gen_args=()):
+        parts = ckpt.split(os.sep)
+        i = parts.index("runs")
+        name, seed = parts[i + 1], int(parts[i + 2][len("seed"):])
+        base = os.path.basename(ckpt)
+        m = re.match(r"checkpoint_\d+_(\d+)\.pt$", base)
+        if m:
+            u = int(m.group(1))
+        else:  # checkpoint_last.pt: of the run, or of a to{U} side training
+            with open(ckpt) as f:
+                u = int(f.read())
+        self.eval_calls.append((name, seed, u))
+        if self.fail_eval_at == u:
+            raise RuntimeError("killed while scoring")
+        arch = self.configs[name][1]
+        rng = random.Random(seed * 1000 + u)
+        keep = ARCH_QUALITY[arch] * (0.5 + u / UPDATES)
+        hyps = [r if rng.random() < keep else "zz yy xx" for r in self.refs]
+        from sacrebleu.metrics import BLEU
+
+        return {"bleu": round(BLEU().corpus_score(hyps, [self.refs]).score, 2), "sentences": len(self.refs)}, hyps
+
+
+@pytest.fixture
+def study(tmp_path):
+    cfg = tmp_path / "configs"
+    cfg.mkdir()
+    (cfg / "00-transformer.args").write_text("--arch transformer\n")
+    (cfg / "01-good.args").write_text("--arch transformer_x\n")
+    (cfg / "train.common").write_text("--lr 1e-3 --disable-validation --no-epoch-checkpoints\n")
+    data = tmp_path / "data"
+    (data / "bin").mkdir(parents=True)
+    (data / "raw").mkdir()
+    refs = _refs()
+    (data / "raw" / "test.en").write_text("".join(r + "\n" for r in refs))
+    configs = {"00-transformer": ["--arch", "transformer"], "01-good": ["--arch", "transformer_x"]}
+    out = tmp_path / "out"
+    argv = ["--data-dir", str(data), "--config-dir", str(cfg), "--seeds", "1", "2", "3",
+            "--updates", str(UPDATES), "--out-dir", str(out), "--n-samples", "100"]
+    return types.SimpleNamespace(fakes=Fakes(configs, refs), argv=argv, out=out)
+
+
+def _main(qc, study, *extra):
+    return qc.main(study.argv + list(extra), train_fn=study.fakes.train, eval_fn=study.fakes.evaluate)
+
+
+def test_end_to_end_seed_statistics_and_curves(qc, study):
+    fk = study.fakes
+    _main(qc, study, "--curve-updates", "20,40,50")
+    # 6 runs, each trained once with checkpoints every gcd = 10 updates, plus a side
+    # training to 50 (an epoch's end) from checkpoint_2_40.pt
+    main_calls = [c for c in fk.train_calls if c["restore"] is None]
+    assert len(main_calls) == 6 and all(c["curve"] == (20, 40, 50) and c["updates"] == UPDATES for c in main_calls)
+    side = [c for c in fk.train_calls if c["restore"]]
+    assert len(side) == 6 and all(c["updates"] == 50 and c["restore"].endswith("checkpoint_2_40.pt") for c in side)
+    assert sorted(u for _, _, u in fk.eval_calls) == sorted([20, 40, 50, UPDATES] * 6)
+    out = study.out
+    assert not [f for _, _, fs in os.walk(out) for f in fs if f.endswith((".pt", ".partial"))]
+
+    with open(out / "quality.json") as f:
+        q = json.load(f)
+    st = q["comparisons"]["01-good"]["seed_level"]
+    assert st["n"] == 3 and st["seeds"] == [1, 2, 3] and st["better"] == 3 and st["worse"] == 0
+    bleu = {n: [q["runs"][n][str(s)]["bleu"] for s in (1, 2, 3)] for n in ("00-transformer", "01-good")}
+    diffs = [a - b for a, b in zip(bleu["01-good"], bleu["00-transformer"])]
+    assert st["diffs"] == pytest.approx(diffs)
+    assert st["mean_diff"] == pytest.approx(sum(diffs) / 3) == pytest.approx(q["comparisons"]["01-good"]["mean_diff"])
+    assert st["ci_low"] < st["mean_diff"] < st["ci_high"] and 0 <= st["p_t"] <= 1
+    assert st["p_wilcoxon"] == pytest.approx(0.25) and st["wilcoxon_can_reach_alpha"] is False
+
+    curves = q["curves"]
+    assert curves["01-good"]["bleu"]["updates"] == [20, 40, 50, UPDATES]
+    assert curves["01-good"]["bleu"]["n"] == 3
+    assert curves["00-transformer"]["bleu"]["mean"][-1] == pytest.approx(sum(bleu["00-transformer"]) / 3)
+    # validations at every 10 updates and at the epoch ends (25, 50) and the last update
+    assert curves["01-good"]["valid_loss"]["updates"] == [10, 20, 25, 30, 40, 50, 60]
+    assert curves["01-good"]["valid_loss"]["mean"][0] == pytest.approx(
+        sum(_loss("transformer_x", s, 10) for s in (1, 2, 3)) / 3, abs=1e-3)
+    assert curves["01-good"]["valid_loss"]["min"][0] == pytest.approx(_loss("transformer_x", 1, 10), abs=1e-3)
+    cc = q["curve_comparisons"]["01-good"]
+    assert cc["baseline"] == "00-transformer" and set(cc["bleu"]) == {"20", "40", "50", str(UPDATES)}
+    assert cc["valid_loss"]["10"]["mean_diff"] == pytest.approx(-0.4, abs=1e-3)
+    assert cc["valid_loss"]["10"]["better"] == 3  # a lower loss in every seed
+    assert q["runs"]["01-good"]["2"]["curve"]["50"]["checkpoint"] == os.path.join("to50", "checkpoint_last.pt")
+    assert q["runs"]["01-good"]["2"]["curve"]["40"]["checkpoint"] == "checkpoint_2_40.pt"
+    assert q["meta"]["curve_updates"] == [20, 40, 50, UPDATES]
+    png = out / "curves.png"
+    assert q["curve_png"] == str(png) and png.stat().st_size > 5000
+
+    md = (out / "quality.md").read_text()
+    assert "| p t | p W | seeds + / - | p bootstrap per seed |" in md
+    row = next(line for line in md.splitlines() if line.startswith("| 01-good | 00-transformer |"))
+    assert "0.250 †" in row and "| 3 / 0 |" in row
+    assert "cannot reach p < 0.05" in md
+    assert "## Learning curves" in md and "| config | baseline | 20 | 40 | 50 | 60 |" in md
+    assert "| Δ 01-good | 00-transformer |" in md and "`curves.png`" in md
+
+    # resume: nothing retrained, nothing rescored
+    n_train, n_eval = len(fk.train_calls), len(fk.eval_calls)
+    q2 = _main(qc, study, "--curve-updates", "20,40,50")
+    assert (len(fk.train_calls), len(fk.eval_calls)) == (n_train, n_eval)
+    assert q2["curves"]["01-good"]["bleu"]["mean"] == curves["01-good"]["bleu"]["mean"]
+    # without the option the finished points are still reported
+    q3 = _main(qc, study)
+    assert (len(fk.train_calls), len(fk.eval_calls)) == (n_train, n_eval)
+    assert q3["curves"]["01-good"]["bleu"]["updates"] == [20, 40, 50, UPDATES]
+    # a new point: each run retrained once (saving every 30 updates), only 30 scored
+    _main(qc, study, "--curve-updates", "20,30,40,50")
+    new_train = fk.train_calls[n_train:]
+    assert len(new_train) == 6 and all(c["curve"] == (30,) and c["restore"] is None for c in new_train)
+    assert sorted(fk.eval_calls[n_eval:]) == sorted((n, s, 30) for n in ("00-transformer", "01-good")
+                                                    for s in (1, 2, 3))
+
+
+def test_scoring_interrupted_resumes_without_retraining(qc, study):
+    fk = study.fakes
+    fk.fail_eval_at = 40
+    with pytest.raises(RuntimeError, match="killed while scoring"):
+        _main(qc, study, "--curve-updates", "20,40", "--seeds", "1", "--configs", "00-*")
+    run_dir = study.out / "runs" / "00-transformer" / "seed1"
+    assert (run_dir / "result.json").exists() and (run_dir / "curve" / "upd20" / "result.json").exists()
+    assert not (run_dir / "curve" / "upd40" / "result.json").exists()
+    assert (run_dir / "checkpoints" / "checkpoint_2_40.pt").exists()  # kept until scored
+    fk.fail_eval_at = None
+    n_train = len(fk.train_calls)
+    q = _main(qc, study, "--curve-updates", "20,40", "--seeds", "1", "--configs", "00-*")
+    assert len(fk.train_calls) == n_train and fk.eval_calls[-1] == ("00-transformer", 1, 40)
+    assert q["curves"]["00-transformer"]["bleu"]["updates"] == [20, 40, UPDATES]
+    assert not (run_dir / "checkpoints").exists()
+
+
+def test_stale_checkpoints_of_other_settings_are_not_resumed(qc, study):
+    # a training killed under other settings left checkpoint_last.pt: fairseq would
+    # resume from it; the driver starts afresh (Fakes.train asserts there is none)
+    ck = study.out / "runs" / "00-transformer" / "seed1" / "checkpoints"
+    ck.mkdir(parents=True)
+    (ck / "checkpoint_last.pt").write_text("7")
+    (ck / "started.json").write_text(json.dumps({"settings": "other", "curve_updates": []}))
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    assert len(study.fakes.train_calls) == 1 and q["runs"]["00-transformer"]["1"]["bleu"] >= 0
+    assert not (study.out / "curves.png").exists()  # no curve: no plot, no section
+    assert "## Learning curves" not in (study.out / "quality.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------
+# real fairseq, tiny
+# ---------------------------------------------------------------------------------------
+
+def test_real_tiny_curve_with_a_point_at_an_epoch_end(qc, tiny_corpus, tmp_path):
+    """fairseq-train's own checkpoint names and validation lines, and a curve point that
+    falls on the end of an epoch (no checkpoint_E_U.pt there): trained to it again from
+    the previous checkpoint, and scored like the others (all test sentences)."""
+    cfg = tmp_path / "configs"
+    cfg.mkdir()
+    (cfg / "00-transformer.args").write_text(
+        "--arch transformer --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 "
+        "--decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
+        "--encoder-attention-heads 2 --decoder-attention-heads 2\n")
+    (cfg / "train.common").write_text(
+        "--optimizer adam --lr 2e-3 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 "
+        "--max-tokens 400 --required-batch-size-multiple 1 --no-epoch-checkpoints --disable-validation "
+        "--num-workers 0 --log-interval 1 --no-progress-bar\n")
+    out = tmp_path / "out"
+    argv = ["--data-dir", str(tiny_corpus), "--config-dir", str(cfg), "--seeds", "1", "--updates", "30",
+            "--out-dir", str(out), "--threads", "1", "--", "--max-len-b", "5"]
+    run_dir = out / "runs" / "00-transformer" / "seed1"
+    q = qc.main(argv[:-3] + ["--curve-updates", "10"] + argv[-3:])
+    log = (run_dir / "train.log").read_text()
+    epoch_ends = [int(m.group(1)) for m in re.finditer(
+        r"\| train \| epoch \d+ \|.*\| num_updates (\d+)\b", log)]
+    epoch_len = epoch_ends[0] if epoch_ends and epoch_ends[0] < 30 else None
+    if epoch_len is None or epoch_len in (10, 20):
+        pytest.skip(f"the tiny corpus's epoch ({epoch_ends}) is not a point this test can aim at")
+    valid = q["curves"]["00-transformer"]["valid_loss"]
+    assert {10, 20, 30, epoch_len} <= set(valid["updates"])  # every 10 updates, the epoch end, the last
+    assert q["curves"]["00-transformer"]["bleu"]["updates"] == [10, 30]
+    # the epoch's end as a new point (with one before it): retrained (checkpoints were
+    # deleted) saving every gcd(before, end) updates; fairseq writes no checkpoint_1_E.pt
+    # at the epoch's end, so it is trained again to E from the previous save
+    before = epoch_len - 3 if epoch_len - 3 != 10 else epoch_len - 1
+    q = qc.main(argv[:-3] + ["--curve-updates", f"10,{before},{epoch_len}"] + argv[-3:])
+    assert (run_dir / f"train.to{epoch_len}.log").exists()
+    assert "Loaded checkpoint" in (run_dir / f"train.to{epoch_len}.log").read_text()
+    point = json.loads((run_dir / "curve" / f"upd{epoch_len}" / "result.json").read_text())
+    assert point["updates"] == epoch_len and point["sentences"] == 21 and len(point["hyps"]) == 21
+    assert point["checkpoint"] == os.path.join(f"to{epoch_len}", "checkpoint_last.pt")
+    assert q["curves"]["00-transformer"]["bleu"]["updates"] == [10, before, epoch_len, 30]
+    assert not [f for _, _, fs in os.walk(out) for f in fs if f.endswith(".pt")]
+    assert (out / "curves.png").stat().st_size > 0
