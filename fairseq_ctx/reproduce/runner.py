@@ -192,9 +192,9 @@ def preflight(cells, options, param_counts=None) -> List[str]:
     problems = []
     seen = set()
     for cell in cells:
-        if cell.data_dir in seen and cell.column.bin == "bin":
+        if (cell.bin_dir, tuple(cell.subsets)) in seen:
             continue
-        seen.add(cell.data_dir)
+        seen.add((cell.bin_dir, tuple(cell.subsets)))
         bin_dir, col = cell.bin_dir, cell.column
         need = [os.path.join(bin_dir, f"dict.{col.src}.txt"), os.path.join(bin_dir, f"dict.{col.tgt}.txt")]
         for split in ["train", "valid", *cell.subsets]:
