@@ -5,11 +5,14 @@ with input feeding) whose source-target attention layer is ``MultiHopAttention``
 The decoder's time loop, its recurrent state, its incremental state and its beam
 reordering are fairseq's: the attention layer keeps no state of its own.
 """
+import torch
+
 from fairseq import utils
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.lstm import LSTMDecoder, LSTMModel
 from fairseq.models.lstm import base_architecture as lstm_base_architecture
 
+from fairseq_ctx.models._controlled_init import added_parameters
 from fairseq_ctx.modules.multihop_attention import HOP_MODES, MultiHopAttention
 
 
@@ -37,28 +40,46 @@ class LSTMMultiHopModel(LSTMModel):
     def build_model(cls, args, task):
         lstm_multihop(args)
         validate_multihop_args(args)
-        # fairseq builds the embeddings (shared / pretrained / frozen) and the encoder;
-        # the decoder is then rebuilt as the subclass around the same embedding.
+        # fairseq builds the embeddings (shared / pretrained / frozen), the encoder and
+        # a stock decoder from the global RNG, exactly as for --arch lstm; the decoder is
+        # then rebuilt as the subclass around the same embedding, from its own stream
+        # (_controlled_init: the global RNG is left where the stock build left it), and
+        # takes the stock decoder's values for every tensor of the same name and shape
+        # (all but the multi-head W_a / W_o and the hops), so at the same seed the model
+        # starts where the stock lstm starts, plus its additions.
         model = super().build_model(args, task)
         stock = model.decoder
-        model.decoder = MultiHopLSTMDecoder(
-            dictionary=task.target_dictionary,
-            embed_dim=args.decoder_embed_dim,
-            hidden_size=args.decoder_hidden_size,
-            out_embed_dim=args.decoder_out_embed_dim,
-            num_layers=args.decoder_layers,
-            dropout_in=args.decoder_dropout_in,
-            dropout_out=args.decoder_dropout_out,
-            encoder_output_units=model.encoder.output_units,
-            pretrained_embed=stock.embed_tokens,
-            share_input_output_embed=args.share_decoder_input_output_embed,
-            max_target_positions=stock.max_target_positions,
-            num_heads=args.attention_heads,
-            num_hops=args.attention_hops,
-            hop_mode=args.hop_mode,
-            learned_score_vector=args.hop_learned_score_vector,
-        )
+        with added_parameters("decoder"):
+            model.decoder = MultiHopLSTMDecoder(
+                dictionary=task.target_dictionary,
+                embed_dim=args.decoder_embed_dim,
+                hidden_size=args.decoder_hidden_size,
+                out_embed_dim=args.decoder_out_embed_dim,
+                num_layers=args.decoder_layers,
+                dropout_in=args.decoder_dropout_in,
+                dropout_out=args.decoder_dropout_out,
+                encoder_output_units=model.encoder.output_units,
+                pretrained_embed=stock.embed_tokens,
+                share_input_output_embed=args.share_decoder_input_output_embed,
+                max_target_positions=stock.max_target_positions,
+                num_heads=args.attention_heads,
+                num_hops=args.attention_hops,
+                hop_mode=args.hop_mode,
+                learned_score_vector=args.hop_learned_score_vector,
+            )
+        copy_shared_tensors(stock, model.decoder)
         return model
+
+
+@torch.no_grad()
+def copy_shared_tensors(source: torch.nn.Module, target: torch.nn.Module) -> None:
+    """Copy every parameter / buffer of ``source`` into the ``target`` tensor of the same
+    state-dict name and shape (``requires_grad`` and sharing of ``target`` unchanged)."""
+    target_state = target.state_dict(keep_vars=True)
+    for name, value in source.state_dict(keep_vars=True).items():
+        tensor = target_state.get(name)
+        if tensor is not None and tensor.shape == value.shape and tensor is not value:
+            tensor.copy_(value)
 
 
 class MultiHopLSTMDecoder(LSTMDecoder):

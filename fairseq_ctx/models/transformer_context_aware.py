@@ -40,6 +40,7 @@ from fairseq.modules.transformer_layer import (
     TransformerEncoderLayerBase,
 )
 
+from fairseq_ctx.models._controlled_init import added_parameters
 from fairseq_ctx.modules.context_aware_attention import (
     CONTEXT_TARGETS,
     CONTEXT_TYPES,
@@ -72,7 +73,11 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
         gated: bool,
         history: ContextHistory,
         causal: bool,
+        name: str = "self_attn",
     ) -> None:
+        """``name``: this module's path in the model (``encoder.layers.0.self_attn``);
+        the contextualiser's initial values come from the stream derived from it and
+        the run's seed, not from the global RNG (see ``_controlled_init``)."""
         self.layer_index = layer_index
         self.context_type = context_type
         self.history = history
@@ -81,11 +86,12 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
         self.uses_deep = context_type in _DEEP_TYPES
         self.stacked = context_type in _STACKED_TYPES
         global_blocks, deep_blocks = context_units(context_type, layer_index)
-        self.contextualizer = (
-            ContextualQueryKey(self.embed_dim, global_blocks, deep_blocks, apply_to, gated)
-            if global_blocks or deep_blocks
-            else None
-        )
+        self.contextualizer = None
+        if global_blocks or deep_blocks:
+            with added_parameters(f"{name}.contextualizer"):
+                self.contextualizer = ContextualQueryKey(
+                    self.embed_dim, global_blocks, deep_blocks, apply_to, gated
+                )
         self.gate_statistics: Optional[GateStatistics] = None
 
     # -- context (Eq. 8-10) ------------------------------------------------------
@@ -253,10 +259,16 @@ class ContextAwareDecoderLayer(TransformerDecoderLayerBase):
         )
 
 
-def _configure_stack(layers, context_type: str, apply_to: str, gated: bool, causal: bool) -> ContextHistory:
+def _configure_stack(
+    layers, context_type: str, apply_to: str, gated: bool, causal: bool, side: str
+) -> ContextHistory:
+    """Give every self-attention layer of one stack its context. Runs after the stock
+    encoder / decoder is built; the contextualisers draw from their own streams, so the
+    global RNG (and with it every stock parameter built later) is left as stock."""
     history = ContextHistory()
     for index, layer in enumerate(layers, start=1):
-        layer.self_attn.configure_context(index, context_type, apply_to, gated, history, causal)
+        name = f"{side}.layers.{index - 1}.self_attn"  # its state-dict path
+        layer.self_attn.configure_context(index, context_type, apply_to, gated, history, causal, name=name)
     return history
 
 
@@ -264,7 +276,8 @@ class ContextAwareTransformerEncoder(TransformerEncoderBase):
     def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
         self.context_history = _configure_stack(
-            self.layers, cfg.encoder_context, cfg.context_apply, not cfg.no_context_gate, causal=False
+            self.layers, cfg.encoder_context, cfg.context_apply, not cfg.no_context_gate,
+            causal=False, side="encoder",
         )
 
     def build_encoder_layer(self, cfg):
@@ -287,7 +300,8 @@ class ContextAwareTransformerDecoder(TransformerDecoderBase):
             cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn, output_projection=output_projection
         )
         self.context_history = _configure_stack(
-            self.layers, cfg.decoder_context, cfg.context_apply, not cfg.no_context_gate, causal=True
+            self.layers, cfg.decoder_context, cfg.context_apply, not cfg.no_context_gate,
+            causal=True, side="decoder",
         )
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):

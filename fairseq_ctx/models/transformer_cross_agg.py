@@ -27,6 +27,7 @@ from fairseq.modules import MultiheadAttention
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
+from fairseq_ctx.models._controlled_init import added_parameters, next_layer_name
 from fairseq_ctx.modules.cross_aggregation import (
     ROUTING_INITS,
     STATE_HEAD_AGREEMENT,
@@ -38,13 +39,20 @@ ROUTING_SIDES = ("encoder", "decoder", "both")
 
 
 class CrossAggregationMultiheadAttention(MultiheadAttention):
-    """Self-attention whose logits E become E + Omega^v + Omega^h before the softmax (Eq. 9)."""
+    """Self-attention whose logits E become E + Omega^v + Omega^h before the softmax (Eq. 9).
 
-    def __init__(self, embed_dim, num_heads, *, routing: Dict, **kwargs):
+    ``name``: the module's path in the model (``encoder.layers.0.self_attn``); the stock
+    projections draw from the global RNG exactly as fairseq's ``MultiheadAttention``
+    does, the routing's own parameters from the stream derived from ``name`` and the
+    run's seed (``_controlled_init``), so the layers built after it start as stock.
+    """
+
+    def __init__(self, embed_dim, num_heads, *, routing: Dict, name: str = "self_attn", **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
         if not self.self_attention:
             raise ValueError("cross aggregation routes self-attention logits only")
-        self.cross_aggregation = CrossAggregation(num_heads, **routing)
+        with added_parameters(f"{name}.cross_aggregation"):
+            self.cross_aggregation = CrossAggregation(num_heads, **routing)
         # fairseq's fused path (F.multi_head_attention_forward) never exposes the logits;
         # this flag makes MultiheadAttention.forward take its explicit path, the one that
         # honours before_softmax=True (its only other effect is skipping a shape assert).
@@ -134,6 +142,11 @@ def wrap_layer(layer, cfg):
 
 
 class CrossAggEncoderLayer(TransformerEncoderLayerBase):
+    def __init__(self, cfg, return_fc=False, *, name: str = "encoder.layers.0"):
+        # set before the base constructor, which calls build_self_attention
+        self.layer_name = name
+        super().__init__(cfg, return_fc=return_fc)
+
     def build_self_attention(self, embed_dim, cfg):
         return CrossAggregationMultiheadAttention(
             embed_dim,
@@ -143,10 +156,17 @@ class CrossAggEncoderLayer(TransformerEncoderLayerBase):
             q_noise=self.quant_noise,
             qn_block_size=self.quant_noise_block_size,
             routing=routing_options(cfg, causal=False),
+            name=f"{self.layer_name}.self_attn",
         )
 
 
 class CrossAggDecoderLayer(TransformerDecoderLayerBase):
+    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False, *,
+                 name: str = "decoder.layers.0"):
+        # set before the base constructor, which calls build_self_attention
+        self.layer_name = name
+        super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
+
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         return CrossAggregationMultiheadAttention(
             embed_dim,
@@ -158,17 +178,20 @@ class CrossAggDecoderLayer(TransformerDecoderLayerBase):
             q_noise=self.quant_noise,
             qn_block_size=self.quant_noise_block_size,
             routing=routing_options(cfg, causal=True),
+            name=f"{self.layer_name}.self_attn",
         )
 
 
 class CrossAggEncoder(TransformerEncoderBase):
     def build_encoder_layer(self, cfg):
-        return wrap_layer(CrossAggEncoderLayer(cfg, return_fc=self.return_fc), cfg)
+        layer = CrossAggEncoderLayer(cfg, return_fc=self.return_fc, name=next_layer_name(self, "encoder"))
+        return wrap_layer(layer, cfg)
 
 
 class CrossAggDecoder(TransformerDecoderBase):
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return wrap_layer(CrossAggDecoderLayer(cfg, no_encoder_attn), cfg)
+        layer = CrossAggDecoderLayer(cfg, no_encoder_attn, name=next_layer_name(self, "decoder"))
+        return wrap_layer(layer, cfg)
 
 
 def validate_routing_args(args) -> None:

@@ -29,6 +29,7 @@ from fairseq.models.transformer import (
 from fairseq.modules import LayerNorm
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
+from ._controlled_init import added_parameters, next_layer_name
 from ..modules.sentential_context import (
     DEEP_CHOICES,
     GLOBAL_CHOICES,
@@ -62,14 +63,16 @@ class SententialTransformerEncoder(TransformerEncoderBase):
 
     def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
-        self.sentential_context = SententialContext(
-            cfg.encoder.embed_dim,
-            cfg.encoder.attention_heads,
-            cfg.encoder.layers,
-            global_type=cfg.sentential_global,
-            deep_type=cfg.sentential_deep,
-            attention_dropout=cfg.attention_dropout,
-        )
+        # its own stream (_controlled_init): the decoder, built next, starts as stock
+        with added_parameters("encoder.sentential_context"):
+            self.sentential_context = SententialContext(
+                cfg.encoder.embed_dim,
+                cfg.encoder.attention_heads,
+                cfg.encoder.layers,
+                global_type=cfg.sentential_global,
+                deep_type=cfg.sentential_deep,
+                attention_dropout=cfg.attention_dropout,
+            )
 
     def forward(
         self,
@@ -104,18 +107,25 @@ class SententialDecoderLayer(TransformerDecoderLayerBase):
     """Decoder layer l that first fuses the sentential context into its input (Eq. 2),
     then runs the stock layer (Eq. 1). The fusion sublayer follows the layer's own
     residual/normalisation scheme: post-norm LN(D + FFN_l([D; g])), pre-norm
-    D + FFN_l([LN(D); g])."""
+    D + FFN_l([LN(D); g]).
 
-    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
+    ``name``: the layer's path in the model (``decoder.layers.0``); the stock sublayers
+    draw from the global RNG as fairseq's layer does, the fusion sublayer from the
+    stream derived from ``name`` and the run's seed (``_controlled_init``), so the
+    layers and the output projection built after it start as stock."""
+
+    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False, *,
+                 name: str = "decoder.layers.0"):
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
-        self.sentential_ffn = SententialFeedForward(
-            self.embed_dim,
-            cfg.encoder.embed_dim,
-            cfg.decoder.ffn_embed_dim,
-            activation=self.activation_fn,
-            activation_dropout=self.activation_dropout_module.p,
-        )
-        self.sentential_layer_norm = LayerNorm(self.embed_dim, export=cfg.export)
+        with added_parameters(f"{name}.sentential_ffn"):
+            self.sentential_ffn = SententialFeedForward(
+                self.embed_dim,
+                cfg.encoder.embed_dim,
+                cfg.decoder.ffn_embed_dim,
+                activation=self.activation_fn,
+                activation_dropout=self.activation_dropout_module.p,
+            )
+            self.sentential_layer_norm = LayerNorm(self.embed_dim, export=cfg.export)
         # set by SententialTransformerDecoder before each forward call
         self.sentential_context: Optional[LayerSententialContext] = None
         self.checkpoint_activations = cfg.checkpoint_activations
@@ -172,21 +182,20 @@ class SententialTransformerDecoder(TransformerDecoderBase):
             no_encoder_attn=no_encoder_attn,
             output_projection=output_projection,
         )
-        self.transparent_attention = (
-            TransparentAttention(
-                cfg.decoder.embed_dim,
-                cfg.encoder.embed_dim,
-                cfg.decoder.attention_heads,
-                dropout=cfg.attention_dropout,
-            )
-            if cfg.sentential_deep == "tam"
-            else None
-        )
+        self.transparent_attention = None
+        if cfg.sentential_deep == "tam":
+            with added_parameters("decoder.transparent_attention"):
+                self.transparent_attention = TransparentAttention(
+                    cfg.decoder.embed_dim,
+                    cfg.encoder.embed_dim,
+                    cfg.decoder.attention_heads,
+                    dropout=cfg.attention_dropout,
+                )
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         # --checkpoint-activations is handled inside the layer (fairseq's reentrant
         # checkpoint_wrapper would cut the gradient path to the sentential context)
-        layer = SententialDecoderLayer(cfg, no_encoder_attn)
+        layer = SententialDecoderLayer(cfg, no_encoder_attn, name=next_layer_name(self, "decoder"))
         min_params_to_wrap = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
         return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
 

@@ -1,0 +1,281 @@
+"""Controlled starts (issue 15, item 1): at the same --seed, every tensor an architecture
+shares with its stock fairseq baseline (same state-dict name and shape) is bit-identical
+to the baseline's, for every option; what the architecture adds is drawn from its own
+stream derived from the seed (deterministic, different for another seed), and building
+the model leaves the global RNG where the baseline leaves it.
+
+The models are built as fairseq-train builds them: options parsed with fairseq's own
+parser, the seed set, then ``task.build_model``; the last test goes through
+``fairseq_cli.train.cli_main`` itself (stopping where the Trainer would be created).
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import fairseq_ctx.models  # noqa: F401  (registers the architectures)
+from fairseq.tasks.translation import TranslationTask
+from tests.model_checks import make_dictionary, parse_train_args
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_DIR = os.path.join(ROOT, "fairseq_ctx")
+VOCAB = 30
+
+# 2 + 2 layers, tiny dims; the stock baseline gets exactly the same options
+TRANSFORMER_DIMS = [
+    "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "24", "--encoder-layers", "2",
+    "--encoder-attention-heads", "4", "--decoder-embed-dim", "16", "--decoder-ffn-embed-dim", "24",
+    "--decoder-layers", "2", "--decoder-attention-heads", "4",
+]  # fmt: skip
+LSTM_DIMS = [
+    "--encoder-embed-dim", "8", "--encoder-hidden-size", "6", "--encoder-bidirectional",
+    "--encoder-layers", "2", "--decoder-layers", "2",
+    "--decoder-embed-dim", "8", "--decoder-hidden-size", "10", "--decoder-out-embed-dim", "8",
+]  # fmt: skip
+
+
+def ctx(encoder, decoder, *extra):
+    return ["--encoder-context", encoder, "--decoder-context", decoder, *extra]
+
+
+# (arch, options); every option of every family appears at least once
+VARIANTS = {
+    # transformer_context_aware: every context type on each side, --context-apply, the gate
+    "ca-enc-global": ("transformer_context_aware", ctx("global", "none", "--context-apply", "both")),
+    "ca-enc-deep-query": ("transformer_context_aware", ctx("deep", "none", "--context-apply", "query")),
+    "ca-enc-deep_global-key": ("transformer_context_aware", ctx("deep_global", "none", "--context-apply", "key")),
+    "ca-enc-default": ("transformer_context_aware", []),  # deep_global+deep, encoder, both, gated
+    "ca-enc-nogate": ("transformer_context_aware", ctx("deep_global+deep", "none", "--no-context-gate")),
+    "ca-dec-global": ("transformer_context_aware", ctx("none", "global")),
+    "ca-dec-deep": ("transformer_context_aware", ctx("none", "deep", "--context-apply", "key")),
+    "ca-dec-deep_global+deep": ("transformer_context_aware", ctx("none", "deep_global+deep")),
+    "ca-both-sides": ("transformer_context_aware", ctx("deep", "deep_global", "--context-apply", "query")),
+    "ca-both-sides-shared-emb": (
+        "transformer_context_aware",
+        ctx("global", "deep_global+deep", "--share-all-embeddings", "--decoder-normalize-before"),
+    ),
+    # transformer_cross_agg: --routing-side, vertical / horizontal, --routing-init, iterations
+    "xa-encoder-vh-zero": ("transformer_cross_agg", ["--routing-side", "encoder"]),
+    "xa-decoder-h-self": (
+        "transformer_cross_agg",
+        ["--routing-side", "decoder", "--no-routing-vertical", "--routing-init", "self"],
+    ),
+    "xa-both-v": ("transformer_cross_agg", ["--routing-side", "both", "--no-routing-horizontal"]),
+    "xa-both-vh-self": (
+        "transformer_cross_agg",
+        ["--routing-side", "both", "--routing-init", "self", "--routing-iters", "2"],
+    ),
+    # transformer_sentential: GLOBAL mean / max / attention x DEEP none / rnn / tam
+    "st-mean-none": ("transformer_sentential", ["--sentential-global", "mean", "--sentential-deep", "none"]),
+    "st-max-rnn": ("transformer_sentential", ["--sentential-global", "max", "--sentential-deep", "rnn"]),
+    "st-attention-tam": ("transformer_sentential", ["--sentential-global", "attention", "--sentential-deep", "tam"]),
+    "st-attention-none": ("transformer_sentential", ["--sentential-global", "attention", "--sentential-deep", "none"]),
+    "st-default-prenorm": (
+        "transformer_sentential",
+        ["--decoder-normalize-before", "--encoder-normalize-before", "--share-decoder-input-output-embed"],
+    ),  # attention + rnn
+    "st-mean-tam": ("transformer_sentential", ["--sentential-global", "mean", "--sentential-deep", "tam"]),
+    # lstm_multihop: heads, hops, dependent / independent, learned v_b
+    "mh-1x1": ("lstm_multihop", ["--attention-heads", "1", "--attention-hops", "1"]),
+    "mh-2x2-dependent": ("lstm_multihop", ["--attention-heads", "2", "--attention-hops", "2"]),
+    "mh-3x3-independent": (
+        "lstm_multihop",
+        ["--attention-heads", "3", "--attention-hops", "3", "--hop-mode", "independent"],
+    ),
+    "mh-1x2-learned-vb": (
+        "lstm_multihop",
+        ["--attention-heads", "1", "--attention-hops", "2", "--hop-learned-score-vector"],
+    ),
+    "mh-2x1-shared-emb": (
+        "lstm_multihop",
+        ["--attention-heads", "2", "--attention-hops", "1", "--share-decoder-input-output-embed"],
+    ),
+}
+
+# Shared tensors that legitimately differ in shape from the stock model's, so are added
+# parameters: lstm_multihop's attention with N > 1 heads (W_a stacked over heads, W_o
+# widened by D per head). Everything else a stock tensor names must be shared.
+MULTIHOP_RESHAPED = {"decoder.attention.input_proj.weight", "decoder.attention.output_proj.weight"}
+
+
+def stock_arch(arch):
+    return "lstm" if arch == "lstm_multihop" else "transformer"
+
+
+def stock_options(arch, options):
+    """The baseline gets the dims and every stock option the variant uses."""
+    dims = LSTM_DIMS if arch == "lstm_multihop" else TRANSFORMER_DIMS
+    stock = [o for o in ("--share-all-embeddings", "--share-decoder-input-output-embed",
+                         "--decoder-normalize-before", "--encoder-normalize-before") if o in options]
+    if arch == "lstm_multihop":
+        stock += ["--decoder-attention", "1"]  # the lstm default, which lstm_multihop requires
+    return ["--arch", stock_arch(arch), *dims, *stock]
+
+
+def arch_options(arch, options):
+    dims = LSTM_DIMS if arch == "lstm_multihop" else TRANSFORMER_DIMS
+    return ["--arch", arch, *dims, *options]
+
+
+def build(argv, seed):
+    """fairseq-train's order: parse, seed (utils.set_torch_seed = torch.manual_seed on
+    CPU), set up the task, build the model. Returns (state dict, global RNG state after)."""
+    args = parse_train_args(argv)
+    torch.manual_seed(seed)
+    task = TranslationTask(args, make_dictionary(VOCAB), make_dictionary(VOCAB))
+    model = task.build_model(args)
+    return model.state_dict(), torch.get_rng_state()
+
+
+def compare(stock_state, arch_state):
+    """-> (shared names, identical names, names of stock tensors the arch lacks or reshapes)."""
+    shared = [k for k, v in stock_state.items() if k in arch_state and arch_state[k].shape == v.shape]
+    identical = [k for k in shared if torch.equal(stock_state[k], arch_state[k])]
+    missing = sorted(set(stock_state) - set(shared))
+    return shared, identical, missing
+
+
+def added_names(stock_state, arch_state):
+    return sorted(
+        k for k, v in arch_state.items()
+        if k not in stock_state or stock_state[k].shape != v.shape
+    )
+
+
+def heads(options):
+    return int(options[options.index("--attention-heads") + 1]) if "--attention-heads" in options else 2
+
+
+def is_constant(tensor):
+    """Deterministic initialisations (zeros, ones, a fixed v_b) do not depend on the seed."""
+    return tensor.numel() == 0 or bool((tensor == tensor.flatten()[0]).all())
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.mark.parametrize("seed", [1, 7])
+def test_shared_tensors_are_bit_identical_to_stock(name, seed):
+    arch, options = VARIANTS[name]
+    stock_state, stock_rng = build(stock_options(arch, options), seed)
+    arch_state, arch_rng = build(arch_options(arch, options), seed)
+    shared, identical, missing = compare(stock_state, arch_state)
+
+    # not vacuous: every stock tensor is shared (lstm_multihop: all but the reshaped
+    # attention matrices when it has several heads)
+    allowed_missing = MULTIHOP_RESHAPED if arch == "lstm_multihop" and heads(options) > 1 else set()
+    assert set(missing) <= allowed_missing, f"stock tensors the {name} model lacks or reshapes: {missing}"
+    assert len(shared) >= len(stock_state) - len(allowed_missing) > 10
+
+    differing = [k for k in shared if k not in identical]
+    assert not differing, (
+        f"{name}: {len(identical)} of {len(shared)} shared tensors identical to stock "
+        f"{stock_arch(arch)} at seed {seed}; first differing: {differing[:5]}"
+    )
+    # building the additions drew nothing from the global stream either
+    assert torch.equal(stock_rng, arch_rng), f"{name}: global RNG state after the build differs from stock"
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_added_parameters_are_deterministic_under_the_seed(name):
+    arch, options = VARIANTS[name]
+    stock_state, _ = build(stock_options(arch, options), 1)
+    first, _ = build(arch_options(arch, options), 1)
+    again, _ = build(arch_options(arch, options), 1)
+    other, _ = build(arch_options(arch, options), 2)
+    added = added_names(stock_state, first)
+    # one head, one hop: the stock attention, nothing added; horizontal routing alone
+    # has no parameters
+    adds_nothing = name == "mh-1x1" or (arch == "transformer_cross_agg" and "--no-routing-vertical" in options)
+    assert bool(added) != adds_nothing, f"{name} adds {added}"
+    for key in added:
+        assert torch.equal(first[key], again[key]), f"{name}: {key} differs between two builds at one seed"
+    random_init = [k for k in added if not is_constant(first[k])]
+    for key in random_init:
+        assert not torch.equal(first[key], other[key]), f"{name}: {key} does not depend on the seed"
+    if arch == "transformer_cross_agg":
+        # W^v of Eq. 13 is zero-initialised: nothing random is added
+        assert not random_init and all(not first[k].any() for k in added)
+    elif not adds_nothing:
+        assert random_init, f"{name}: no randomly initialised additions found"
+
+
+def test_additions_do_not_depend_on_the_other_side():
+    """Each addition has its own stream (named after the module): the decoder's
+    additions are the same whether or not the encoder has some, and two layers'
+    additions of the same shape differ."""
+    dec_only, _ = build(arch_options("transformer_context_aware", ctx("none", "deep_global")), 3)
+    both, _ = build(arch_options("transformer_context_aware", ctx("global", "deep_global")), 3)
+    decoder_added = [k for k in dec_only if ".contextualizer." in k]
+    assert decoder_added and all(k.startswith("decoder.") for k in decoder_added)
+    for key in decoder_added:
+        assert torch.equal(dec_only[key], both[key]), key
+    # global context: one d x d block per layer, so the layers' matrices compare
+    enc = [both[k] for k in both if k.startswith("encoder.") and k.endswith("contextualizer.global_proj.weight")]
+    assert len(enc) == 2 and not torch.equal(enc[0], enc[1])
+
+
+# -- through fairseq-train itself ---------------------------------------------------
+
+CLI_DRIVER = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    import fairseq_cli.train as train
+
+    class Built(Exception):
+        pass
+
+    def capture(cfg, task, model, criterion, *args, **kwargs):
+        # fairseq-train has parsed the options, seeded, set up the task, built the model
+        # and the criterion; the Trainer would come next
+        torch.save({"state": dict(model.state_dict()), "rng": torch.get_rng_state()}, OUTPUT)
+        raise Built
+
+    train.Trainer = capture
+    for OUTPUT, argv in json.loads(sys.argv[1]):
+        sys.argv = ["fairseq-train", *argv]
+        try:
+            train.cli_main()
+        except Built:
+            continue
+        raise SystemExit("fairseq-train did not reach the Trainer")
+    """
+)
+
+
+def test_fairseq_train_cli_builds_stock_identical_starts(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for lang in ("src", "tgt"):
+        make_dictionary(VOCAB).save(str(data / f"dict.{lang}.txt"))
+    common = [str(data), "--user-dir", USER_DIR, "--task", "translation", "--source-lang", "src",
+              "--target-lang", "tgt", "--cpu", "--disable-validation", "--optimizer", "adam",
+              "--lr", "1e-3", "--max-tokens", "100", "--criterion", "cross_entropy", "--seed", "5"]
+    runs = {
+        "transformer": stock_options("transformer_context_aware", []),
+        "context_aware": arch_options("transformer_context_aware", ctx("deep_global+deep", "global")),
+        "sentential": arch_options("transformer_sentential", ["--sentential-deep", "tam"]),
+        "lstm": stock_options("lstm_multihop", []),
+        "multihop": arch_options("lstm_multihop", ["--attention-heads", "2", "--attention-hops", "2"]),
+    }
+    plan = [(str(tmp_path / f"{name}.pt"), [*common, *argv]) for name, argv in runs.items()]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", CLI_DRIVER, json.dumps(plan)], capture_output=True,
+                          text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    built = {name: torch.load(tmp_path / f"{name}.pt", weights_only=False) for name in runs}
+    for arch, stock in (("context_aware", "transformer"), ("sentential", "transformer"), ("multihop", "lstm")):
+        shared, identical, missing = compare(built[stock]["state"], built[arch]["state"])
+        assert set(missing) <= MULTIHOP_RESHAPED
+        assert len(shared) > 10 and identical == shared, (
+            f"{arch}: {len(identical)} of {len(shared)} shared tensors identical through fairseq-train"
+        )
+        assert torch.equal(built[stock]["rng"], built[arch]["rng"])
+    # the seed is fairseq-train's: stock parameters really are the seeded ones
+    assert not torch.equal(built["transformer"]["state"]["encoder.embed_tokens.weight"],
+                           build(stock_options("transformer_context_aware", []), 6)[0]["encoder.embed_tokens.weight"])
+    assert torch.equal(built["transformer"]["state"]["encoder.embed_tokens.weight"],
+                       build(stock_options("transformer_context_aware", []), 5)[0]["encoder.embed_tokens.weight"])
