@@ -3,7 +3,8 @@
 Importing this package registers every model family under ``fairseq_ctx/models`` with
 fairseq (whenever fairseq is installed), so the architectures are available whether
 fairseq imports the package through ``--user-dir`` or user code imports it first
-(fairseq's ``--user-dir`` does nothing for a package that is already imported).
+(fairseq's ``--user-dir`` does nothing for a package that is already imported), and the
+tokenizers ``--tokenizer jieba`` / ``--tokenizer mecab`` (``fairseq_ctx.tokenizers``).
 The pure-torch mechanisms live in ``fairseq_ctx.modules``.
 """
 import importlib.util
@@ -16,3 +17,4 @@ os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
 
 if importlib.util.find_spec("fairseq") is not None:
     from . import models  # noqa: F401,E402  (registers the architectures)
+    from . import tokenizers  # noqa: F401,E402  (registers --tokenizer jieba / mecab)
