@@ -10,8 +10,9 @@ A thin command-line wrapper: the code is fairseq_ctx/data/concat_context.py (run
 import os
 import sys
 
+if __name__ == "__main__":  # a text tool: no need to import fairseq's models (~5 s); not when imported
+    os.environ.setdefault("FAIRSEQ_CTX_NO_MODELS", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("FAIRSEQ_CTX_NO_MODELS", "1")  # a text tool: no need to import fairseq's models
 from fairseq_ctx.data.concat_context import (  # noqa: E402,F401  (re-exported for importers of this script)
     MARKER,
     CorpusError,

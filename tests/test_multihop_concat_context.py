@@ -92,6 +92,12 @@ def test_atomic_write_leaves_old_output_when_writing_fails(tmp_path, monkeypatch
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary file left behind
 
 
+def test_importing_the_wrappers_leaves_the_environment_alone():
+    # FAIRSEQ_CTX_NO_MODELS is for the command-line runs only: an importer's subprocesses
+    # (fairseq-train --user-dir) must still register the models
+    assert "FAIRSEQ_CTX_NO_MODELS" not in os.environ
+
+
 def test_strip_keeps_part_after_last_marker_and_lines_without_marker_whole():
     strip = concat_context.strip_context
     assert strip_concat_context.strip_context is strip  # the script is a wrapper of the package
