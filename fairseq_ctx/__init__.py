@@ -15,6 +15,9 @@ import os
 # fairseq-interactive would fail to load them. torch reads the variable at load time.
 os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
 
-if importlib.util.find_spec("fairseq") is not None:
+# FAIRSEQ_CTX_NO_MODELS=1 skips the registration (importing fairseq costs ~5 s of CPU per
+# process): set by the data-preparation tools (scripts/data/common.sh, the concat-context
+# wrappers), which never build a model.
+if importlib.util.find_spec("fairseq") is not None and not os.environ.get("FAIRSEQ_CTX_NO_MODELS"):
     from . import models  # noqa: F401,E402  (registers the architectures)
     from . import tokenizers  # noqa: F401,E402  (registers --tokenizer jieba / mecab)

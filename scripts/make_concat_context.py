@@ -1,144 +1,25 @@
 #!/usr/bin/env python3
-"""Build the "2-to-2" extended-context corpus of Iida et al. (2019), Section 4.1
-(after Tiedemann and Scherrer, 2017).
+"""Build the "2-to-2" extended-context corpus of Iida et al. (2019), Section 4.1:
+"<previous> <CONCAT> <current>" within documents, on both sides.
 
-Every sentence pair is joined with the PREVIOUS pair of the same document, on both
-sides:  "<previous> <CONCAT> <current>". The first sentence of a document has no
-previous sentence and is written alone (no marker); scripts/strip_concat_context.py
-keeps such lines whole, so they are scored as they are.
-
-Input: a document-ordered parallel corpus, one sentence per line (--src/--tgt).
-Document boundaries, one of:
-  * --doc-ids FILE: one document id per line, aligned with the corpus; a new document
-    starts wherever the id changes from the previous line;
-  * default: blank lines. A line that is blank on BOTH sides ends a document and is
-    not written; a line blank on one side only is an error (misaligned corpus).
-Run it on text that is already tokenized / subword-segmented (or protect the marker,
-e.g. SentencePiece --user_defined_symbols='<CONCAT>'), so that the marker stays one token.
-
-Fails (exit status 1, nothing written) on missing files, different line counts or a
-one-sided blank line; outputs are written to temporary files and renamed into place.
+A thin command-line wrapper: the code is fairseq_ctx/data/concat_context.py (run with
+--help for the options).
 """
-import argparse
 import os
 import sys
-import tempfile
-from typing import Iterable, List, Optional, Sequence, Tuple
 
-MARKER = "<CONCAT>"
-
-
-class CorpusError(Exception):
-    """The input corpus is missing or misaligned."""
-
-
-def read_lines(path: str) -> List[str]:
-    if not os.path.isfile(path):
-        raise CorpusError(f"input file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f]
-
-
-def split_documents(
-    src: Sequence[str], tgt: Sequence[str], doc_ids: Optional[Sequence[str]] = None
-) -> List[List[Tuple[str, str]]]:
-    """Group aligned lines into documents (lists of (src, tgt) pairs)."""
-    if len(src) != len(tgt):
-        raise CorpusError(f"source has {len(src)} lines but target has {len(tgt)}")
-    if doc_ids is not None and len(doc_ids) != len(src):
-        raise CorpusError(f"doc-ids has {len(doc_ids)} lines but the corpus has {len(src)}")
-    documents: List[List[Tuple[str, str]]] = []
-    current: List[Tuple[str, str]] = []
-    previous_id = None
-    for i, (s, t) in enumerate(zip(src, tgt)):
-        if doc_ids is not None:
-            doc_id = doc_ids[i].strip()
-            if doc_id == "":
-                raise CorpusError(f"doc-ids line {i + 1} is empty")
-            if current and doc_id != previous_id:
-                documents.append(current)
-                current = []
-            previous_id = doc_id
-            current.append((s, t))
-            continue
-        blank_s, blank_t = s.strip() == "", t.strip() == ""
-        if blank_s and blank_t:  # document boundary
-            if current:
-                documents.append(current)
-            current = []
-        elif blank_s or blank_t:
-            side = "source" if blank_s else "target"
-            raise CorpusError(f"line {i + 1}: {side} is blank but the other side is not (misaligned corpus)")
-        else:
-            current.append((s, t))
-    if current:
-        documents.append(current)
-    return documents
-
-
-def concat_with_previous(
-    documents: Iterable[List[Tuple[str, str]]], marker: str = MARKER
-) -> Tuple[List[str], List[str]]:
-    """2-to-2: each pair joined with the previous pair of its document, on both sides."""
-    out_src, out_tgt = [], []
-    for document in documents:
-        previous = None
-        for s, t in document:
-            if previous is None:
-                out_src.append(s)
-                out_tgt.append(t)
-            else:
-                out_src.append(f"{previous[0]} {marker} {s}")
-                out_tgt.append(f"{previous[1]} {marker} {t}")
-            previous = (s, t)
-    return out_src, out_tgt
-
-
-def write_atomically(path: str, lines: Sequence[str]) -> None:
-    """Write to a temporary file in the destination directory, then rename it into place."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for line in lines:
-                f.write(line + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--src", required=True, help="document-ordered source sentences, one per line")
-    parser.add_argument("--tgt", required=True, help="target sentences aligned with --src")
-    parser.add_argument("--doc-ids", help="one document id per line; default: blank lines separate documents")
-    parser.add_argument("--out-src", required=True)
-    parser.add_argument("--out-tgt", required=True)
-    parser.add_argument("--marker", default=MARKER, help=f"joining token (default {MARKER})")
-    args = parser.parse_args(argv)
-    try:
-        src, tgt = read_lines(args.src), read_lines(args.tgt)
-        doc_ids = read_lines(args.doc_ids) if args.doc_ids else None
-        for side, lines in (("source", src), ("target", tgt)):
-            for i, line in enumerate(lines):
-                if args.marker in line.split():
-                    raise CorpusError(f"{side} line {i + 1} already contains the marker {args.marker}")
-        documents = split_documents(src, tgt, doc_ids)
-        out_src, out_tgt = concat_with_previous(documents, args.marker)
-    except CorpusError as e:
-        print(f"make_concat_context: error: {e}", file=sys.stderr)
-        return 1
-    write_atomically(args.out_src, out_src)
-    write_atomically(args.out_tgt, out_tgt)
-    print(
-        f"make_concat_context: {len(documents)} documents, {len(out_src)} pairs "
-        f"({len(out_src) - len(documents)} with a previous sentence)",
-        file=sys.stderr,
-    )
-    return 0
-
+if __name__ == "__main__":  # a text tool: no need to import fairseq's models (~5 s); not when imported
+    os.environ.setdefault("FAIRSEQ_CTX_NO_MODELS", "1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fairseq_ctx.data.concat_context import (  # noqa: E402,F401  (re-exported for importers of this script)
+    MARKER,
+    CorpusError,
+    concat_with_previous,
+    make_main,
+    read_lines,
+    split_documents,
+    write_atomically,
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(make_main())

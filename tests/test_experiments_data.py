@@ -4,6 +4,7 @@ import functools
 import hashlib
 import http.server
 import io
+import json
 import os
 import random
 import tarfile
@@ -135,9 +136,19 @@ def add_tar(path, members):
             tar.addfile(info, io.BytesIO(data))
 
 
+def write_manifest(path, counts, archives=None):
+    """A checksum manifest for tiny corpora (their dev / test are not the real sizes)."""
+    path.write_text(json.dumps({"archives": archives or {}, "counts": counts}))
+    return path
+
+
+WMT14_TINY_COUNTS = {"wmt14-en-de/valid": 11, "wmt14-en-de/test": 13}
+
+
 def make_wmt14_en_de(local):
     """Europarl as its real archive; Common Crawl / News Commentary / dev / test as
-    extracted files under their archive paths (both --local-dir layouts)."""
+    extracted files under their archive paths (both --local-dir layouts). Writes
+    local/checksums.json with the tiny dev / test counts."""
     train = sentence_pairs(300, 1)
     parts = [train[:150], train[150:250], train[250:]]
     add_tar(local / "training-parallel-europarl-v7.tgz", {
@@ -156,6 +167,7 @@ def make_wmt14_en_de(local):
         ref = f"{name}.de.sgm" if split == "test" else f"{name}-ref.de.sgm"
         (local / split / src).write_text(sgm([e for e, _ in rows], "en"))
         (local / split / ref).write_text(sgm([d for _, d in rows], "de"))
+    write_manifest(local / "checksums.json", WMT14_TINY_COUNTS)
     return train, held
 
 
@@ -165,7 +177,8 @@ def test_prepare_wmt14_en_de_end_to_end_from_local_files(tmp_path):
     train, held = make_wmt14_en_de(local)
     out = tmp_path / "wmt14"
     cmd = ["bash", os.path.join(ROOT, "scripts", "data", "prepare-wmt14-en-de.sh"), "--out", str(out),
-           "--local-dir", str(local), "--offline", "--merges", "60", "--cache", str(tmp_path / "cache")]
+           "--local-dir", str(local), "--offline", "--checksums", str(local / "checksums.json"),
+           "--merges", "60", "--cache", str(tmp_path / "cache")]
     first = run(cmd)
     raw_train = (out / "raw" / "train.en").read_text().splitlines()
     assert raw_train == [e for e, _ in train]  # all three archives, in order
@@ -177,10 +190,12 @@ def test_prepare_wmt14_en_de_end_to_end_from_local_files(tmp_path):
         assert (out / "bin" / name).exists(), name
     assert (out / "bin" / "dict.en.txt").read_text() == (out / "bin" / "dict.de.txt").read_text()  # joined
     assert "done already" not in first.stderr + first.stdout
+    # the extracted members cannot be md5-checked: said so
+    assert "commoncrawl.de-en.en" in first.stderr and "cannot be md5-checked" in first.stderr
     again = run(cmd)  # idempotent: every step is skipped
     assert (again.stdout + again.stderr).count("done already, skipping") == 4
     # other settings into the same directory are refused
-    proc = run_fail(cmd[:-4] + ["--merges", "61", "--offline", "--local-dir", str(local)])
+    proc = run_fail(cmd[:4] + ["--merges", "61", "--offline", "--local-dir", str(local)])
     assert "different settings" in proc.stderr
 
 
@@ -201,7 +216,8 @@ def test_missing_input_gives_one_clear_message_and_nothing_half_written(tmp_path
     os.unlink(local / "test-full" / "newstest2014-deen-ref.de.sgm")
     out = tmp_path / "wmt14"
     proc = run_fail(["bash", os.path.join(ROOT, "scripts", "data", "prepare-wmt14-en-de.sh"), "--out", str(out),
-                     "--local-dir", str(local), "--offline", "--cache", str(tmp_path / "cache")])
+                     "--local-dir", str(local), "--offline", "--checksums", str(local / "checksums.json"),
+                     "--cache", str(tmp_path / "cache")])
     assert "missing input: test-full.tgz" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (out / "raw").exists()  # only raw.partial, which the next run redoes
@@ -246,6 +262,7 @@ def make_aspec(local, n_train=120):
         (local / split / f"{split}.txt").write_text("".join(
             f"{i} ||| D{i} ||| {''.join(JA[w.strip('.').lower()] for w in e.split())}。 ||| {e}\n"
             for i, (e, _) in enumerate(sub)))
+    write_manifest(local.parent / "aspec-checksums.json", {"aspec/valid": 13, "aspec/test": 17})
     return rows
 
 
@@ -254,7 +271,8 @@ def test_prepare_aspec_top_pairs_mecab_sentencepiece_binarized(tmp_path):
     rows = make_aspec(local)
     out = tmp_path / "aspec"
     run(["bash", os.path.join(ROOT, "scripts", "data", "prepare-aspec.sh"), "--local-dir", str(local),
-         "--out", str(out), "--top", "100", "--vocab-size", "60", "--length-eval"])
+         "--out", str(out), "--top", "100", "--vocab-size", "60", "--length-eval",
+         "--checksums", str(tmp_path / "aspec-checksums.json")])
     train_en = (out / "raw" / "train.en").read_text().splitlines()
     assert train_en == [r.split(" ||| ")[4] for r in rows[:100]]  # the 100 best-scored pairs
     assert len((out / "raw" / "test.ja").read_text().splitlines()) == 17
@@ -314,7 +332,7 @@ def test_prepare_wmt_separate_bpe_learns_one_code_file_per_language(tmp_path):
     out = tmp_path / "wmt14-separate"
     run(["bash", os.path.join(ROOT, "scripts", "data", "prepare-wmt14-en-de.sh"), "--out", str(out),
          "--local-dir", str(local), "--offline", "--merges", "60", "--bpe", "separate",
-         "--cache", str(tmp_path / "cache")])
+         "--checksums", str(local / "checksums.json"), "--cache", str(tmp_path / "cache")])
     assert (out / "bpe" / "codes.en").exists() and (out / "bpe" / "codes.de").exists()
     assert not (out / "bpe" / "codes").exists()
     for split in ("train", "valid", "test"):
@@ -322,3 +340,173 @@ def test_prepare_wmt_separate_bpe_learns_one_code_file_per_language(tmp_path):
             assert len((out / "bpe" / f"{split}.{lang}").read_text().splitlines()) == \
                 len((out / "tok" / f"{split}.{lang}").read_text().splitlines())
     assert (out / "bin" / "dict.en.txt").read_text() != (out / "bin" / "dict.de.txt").read_text()
+
+
+# -- checksums and counts (local archives, truncated archives, dev/test sizes, manifest) ---------
+
+
+def corpora_cli(*args):
+    """python -m fairseq_ctx.data.corpora ... (returns the CompletedProcess, whatever its status)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import cli_env
+
+    env = dict(cli_env(), FAIRSEQ_CTX_NO_MODELS="1")
+    return subprocess.run([sys.executable, "-m", "fairseq_ctx.data.corpora", *map(str, args)],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+
+
+def tar_members(path, directory, names):
+    """Pack extracted files back into a .tgz under their member paths (and remove them)."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name in names:
+            tar.add(directory / name, arcname=name)
+            os.unlink(directory / name)
+
+
+def md5_of(path):
+    return hashlib.md5(open(path, "rb").read()).hexdigest()
+
+
+def test_local_archive_with_a_published_md5_is_checked_and_nothing_is_written(tmp_path):
+    local = tmp_path / "downloads"
+    local.mkdir()
+    make_wmt14_en_de(local)
+    # a damaged copy of the WMT14 full test set under its real name: sacreBLEU publishes its md5
+    (local / "test-full.tgz").write_bytes(b"\x1f\x8b not really the test set")
+    out = tmp_path / "raw"
+    with pytest.raises(corpora.CorpusError, match="md5 .* does not match the published md5 a8cd784e"):
+        corpora.prepare_wmt("wmt14-en-de", str(out), str(local), str(tmp_path / "cache"), offline=True,
+                            checksums=corpora.load_checksums(str(local / "checksums.json")))
+    assert not out.exists() or not os.listdir(out)
+    assert (local / "test-full.tgz").exists()  # the user's file is left alone
+
+
+def test_manifest_md5_and_a_truncated_archive_give_one_clear_error(tmp_path):
+    local = tmp_path / "downloads"
+    local.mkdir()
+    make_wmt14_en_de(local)
+    tar_members(local / "test-full.tgz", local, ["test-full/newstest2014-deen-src.en.sgm",
+                                                 "test-full/newstest2014-deen-ref.de.sgm"])
+    europarl = local / "training-parallel-europarl-v7.tgz"
+    manifest = write_manifest(tmp_path / "manifest.json", WMT14_TINY_COUNTS,
+                              {"test-full.tgz": md5_of(local / "test-full.tgz"), europarl.name: md5_of(europarl)})
+    out = tmp_path / "raw"
+    proc = corpora_cli("wmt", "--corpus", "wmt14-en-de", "--outdir", out, "--local-dir", local, "--offline",
+                       "--checksums", manifest, "--cache", tmp_path / "cache")
+    assert proc.returncode == 0, proc.stderr
+    assert len((out / "test.de").read_text().splitlines()) == 13
+
+    # truncated: the manifest's md5 catches it (the published one would, for a real test-full.tgz)
+    data = europarl.read_bytes()
+    europarl.write_bytes(data[: len(data) // 2])
+    out2 = tmp_path / "raw2"
+    proc = corpora_cli("wmt", "--corpus", "wmt14-en-de", "--outdir", out2, "--local-dir", local, "--offline",
+                       "--checksums", manifest, "--cache", tmp_path / "cache")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert f"{europarl.name}: md5" in proc.stderr and "does not match the md5 in" in proc.stderr
+    assert not out2.exists() or not os.listdir(out2)
+
+    # no md5 known (statmt.org publishes none for training archives): the reader says it is truncated
+    no_europarl_md5 = write_manifest(tmp_path / "no-europarl.json", WMT14_TINY_COUNTS,
+                                     {"test-full.tgz": md5_of(local / "test-full.tgz")})
+    proc = corpora_cli("wmt", "--corpus", "wmt14-en-de", "--outdir", out2, "--local-dir", local, "--offline",
+                       "--checksums", no_europarl_md5, "--cache", tmp_path / "cache")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot read the archive" in proc.stderr and "truncated or corrupt" in proc.stderr
+    assert proc.stderr.strip().count("\n") <= 1 + proc.stderr.count("warning:")  # one message
+    assert not out2.exists() or not os.listdir(out2)
+
+
+def test_dev_and_test_counts_are_checked_against_the_known_sizes(tmp_path):
+    local = tmp_path / "downloads"
+    local.mkdir()
+    make_wmt14_en_de(local)
+    out = tmp_path / "raw"
+    # without a manifest, the tiny newstest2013 (11 lines) is not the real one (3000)
+    with pytest.raises(corpora.CorpusError, match=r"wmt14-en-de/valid: read 11 sentence pairs .* known size is 3000"):
+        corpora.prepare_wmt("wmt14-en-de", str(out), str(local), str(tmp_path / "cache"), offline=True)
+    assert not out.exists() or not os.listdir(out)
+    # a manifest count for train is checked too (all archives together, before cleaning)
+    manifest = write_manifest(tmp_path / "m.json", dict(WMT14_TINY_COUNTS, **{"wmt14-en-de/train": 299}))
+    with pytest.raises(corpora.CorpusError, match=r"wmt14-en-de/train: read 300 sentence pairs .* count in"):
+        corpora.prepare_wmt("wmt14-en-de", str(out), str(local), str(tmp_path / "cache"), offline=True,
+                            checksums=corpora.load_checksums(str(manifest)))
+    assert not out.exists() or not os.listdir(out)
+    assert corpora.KNOWN_COUNTS["wmt14-en-fr/test"] == 3003 and corpora.KNOWN_COUNTS["wmt17-zh-en/valid"] == 2002
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{not json", "not readable JSON"),
+    ('{"archives": {"test.tgz": "xyz"}}', "32-digit hex md5"),
+    ('{"counts": {"wmt14-en-de/test": "3003"}}', "number of sentences"),
+    ('{"sums": {}}', "expected"),
+])
+def test_a_malformed_checksum_manifest_is_one_clear_error(tmp_path, content, message):
+    (tmp_path / "m.json").write_text(content)
+    with pytest.raises(corpora.CorpusError, match=message):
+        corpora.load_checksums(str(tmp_path / "m.json"))
+    with pytest.raises(corpora.CorpusError, match="not found"):
+        corpora.load_checksums(str(tmp_path / "missing.json"))
+
+
+def test_wmt17_zh_en_without_cwmt_is_refused_unless_asked_for(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    script = os.path.join(ROOT, "scripts", "data", "prepare-wmt17-zh-en.sh")
+    out = tmp_path / "zh"
+    proc = run_fail(["bash", script, "--out", str(out), "--local-dir", str(empty), "--offline"])
+    assert "casia2015" in proc.stderr and "--extra-train PREFIX" in proc.stderr and "--without-cwmt" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and not out.exists()  # one message, nothing written
+    with pytest.raises(corpora.CorpusError, match="CWMT corpora .*casia2015.*--without-cwmt"):
+        corpora.prepare_wmt("wmt17-zh-en", str(out), str(empty), str(tmp_path / "cache"), offline=True)
+    with pytest.raises(corpora.CorpusError, match="contradict"):
+        corpora.prepare_wmt("wmt17-zh-en", str(out), str(empty), offline=True, extra_train=["x"], without_cwmt=True)
+    # explicitly without: a warning, the settings record it (here it then stops at the missing archives)
+    proc = run_fail(["bash", script, "--out", str(out), "--local-dir", str(empty), "--offline", "--without-cwmt"])
+    assert "WITHOUT the CWMT corpora" in proc.stderr and "35% smaller" in proc.stderr
+    assert "missing input" in proc.stderr
+    assert (out / "settings").read_text().strip().endswith("extra=none cwmt=without")
+    proc = run_fail(["bash", os.path.join(ROOT, "scripts", "data", "prepare-wmt14-en-de.sh"), "--out",
+                     str(tmp_path / "de"), "--without-cwmt"])
+    assert "only applies to wmt17-zh-en" in proc.stderr
+
+
+def test_aspec_dev_test_counts_and_manifest_md5_are_checked(tmp_path):
+    local = tmp_path / "ASPEC-JE"
+    make_aspec(local)
+    out = tmp_path / "raw"
+    with pytest.raises(corpora.CorpusError, match=r"aspec/valid: read 13 sentence pairs .* known size is 1790"):
+        corpora.prepare_aspec(str(local), str(out))
+    assert not out.exists() or not os.listdir(out)
+    manifest = write_manifest(tmp_path / "m.json", {"aspec/valid": 13, "aspec/test": 17},
+                              {"dev/dev.txt": "0" * 32})
+    with pytest.raises(corpora.CorpusError, match=r"dev\.txt: md5 .* does not match the md5 in"):
+        corpora.prepare_aspec(str(local), str(out), checksums=corpora.load_checksums(str(manifest)))
+    assert not out.exists() or not os.listdir(out)
+
+
+def test_opensubtitles_zip_counts_and_truncation_are_checked(tmp_path):
+    local = tmp_path / "opus"
+    local.mkdir()
+    en, _, _ = make_opensubtitles_zip(local / "en-ja.txt.zip", docs=40, per_doc=6)
+    zipped = local / "en-ja.txt.zip"
+    good = write_manifest(tmp_path / "good.json", {}, {"en-ja.txt.zip": md5_of(zipped)})
+    out = tmp_path / "raw"
+    corpora.prepare_opensubtitles(str(out), str(local), offline=True, checksums=corpora.load_checksums(str(good)))
+    sizes = {s: len((out / f"{s}.en").read_text().splitlines()) for s in ("train", "valid", "test")}
+    assert sum(sizes.values()) == len(en)
+    wrong = write_manifest(tmp_path / "wrong.json", {"opensubtitles/test": sizes["test"] + 1})
+    out2 = tmp_path / "raw2"
+    with pytest.raises(corpora.CorpusError, match=f"opensubtitles/test: read {sizes['test']} sentence pairs"):
+        corpora.prepare_opensubtitles(str(out2), str(local), offline=True,
+                                      checksums=corpora.load_checksums(str(wrong)))
+    data = zipped.read_bytes()
+    zipped.write_bytes(data[: len(data) - 200])
+    with pytest.raises(corpora.CorpusError, match="md5 .* does not match the md5 in"):
+        corpora.prepare_opensubtitles(str(out2), str(local), offline=True, checksums=corpora.load_checksums(str(good)))
+    proc = corpora_cli("opensubtitles", "--outdir", out2, "--local-dir", local, "--offline")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "cannot read the archive" in proc.stderr
+    assert not out2.exists() or not os.listdir(out2)

@@ -11,6 +11,8 @@ sys.path.insert(0, str(SCRIPTS))
 import make_concat_context  # noqa: E402
 import strip_concat_context  # noqa: E402
 
+from fairseq_ctx.data import concat_context  # noqa: E402
+
 
 def run(script, *args):
     return subprocess.run(
@@ -55,6 +57,7 @@ def test_doc_ids_file_gives_boundaries_where_the_id_changes(tmp_path):
         (["a", "", "b"], ["A", "X", "B"], None, "line 2: source is blank"),
         (["a", "b"], ["A", "B"], ["d1"], "doc-ids has 1 lines"),
         (["a <CONCAT> b"], ["A"], None, "already contains the marker"),
+        (["a", "b<CONCAT>c"], ["A", "B"], None, "line 2 already contains the marker"),
     ],
 )
 def test_misaligned_input_fails_loudly_and_writes_nothing(tmp_path, src_lines, tgt_lines, ids, message):
@@ -89,13 +92,40 @@ def test_atomic_write_leaves_old_output_when_writing_fails(tmp_path, monkeypatch
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary file left behind
 
 
+def test_importing_the_wrappers_leaves_the_environment_alone():
+    # FAIRSEQ_CTX_NO_MODELS is for the command-line runs only: an importer's subprocesses
+    # (fairseq-train --user-dir) must still register the models
+    assert "FAIRSEQ_CTX_NO_MODELS" not in os.environ
+
+
 def test_strip_keeps_part_after_last_marker_and_lines_without_marker_whole():
-    strip = strip_concat_context.strip_context
+    strip = concat_context.strip_context
+    assert strip_concat_context.strip_context is strip  # the script is a wrapper of the package
     assert strip("a b <CONCAT> c d") == "c d"
     assert strip("x <CONCAT> y <CONCAT> z") == "z"
     assert strip("no marker here") == "no marker here"
     assert strip("a <CONCAT>") == ""
-    assert strip("a<CONCAT>b") == "a<CONCAT>b"  # only a whole token is the marker
+
+
+@pytest.mark.parametrize("line,expected", [
+    # after `--remove-bpe sentencepiece` the marker piece has no word boundary of its own
+    ("foo<CONCAT>bar baz", "bar baz"),
+    ("<CONCAT>bar", "bar"),
+    ("previous sentence foo<CONCAT>", ""),
+    ("a<CONCAT> b <CONCAT>c d", "c d"),  # the LAST marker, glued or not
+    ("\u524d\u306e\u6587\u3002<CONCAT>\u4eca\u306e\u6587\u3002", "\u4eca\u306e\u6587\u3002"),
+])
+def test_strip_finds_a_marker_glued_to_words(line, expected):
+    assert concat_context.strip_context(line) == expected
+
+
+def test_evaluation_strips_sentencepiece_decoded_hypotheses_through_the_package():
+    from fairseq_ctx.analysis import evaluation
+
+    # what fairseq's sentencepiece removal makes of "\u2581prev <CONCAT> \u2581cur \u2581words"
+    decoded = "\u2581prev <CONCAT> \u2581cur \u2581words".replace(" ", "").replace("\u2581", " ").strip()
+    assert decoded == "prev<CONCAT> cur words"
+    assert evaluation.strip_concat([decoded, "first sentence"]) == ["cur words", "first sentence"]
 
 
 def test_strip_cli_round_trips_the_concat_tool(tmp_path):

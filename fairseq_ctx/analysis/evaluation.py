@@ -34,8 +34,7 @@ def read_lines(path):
 
 
 def strip_concat(lines):
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    from strip_concat_context import strip_context  # scripts/strip_concat_context.py (the lstm engineer's tool)
+    from ..data.concat_context import strip_context
 
     return [strip_context(line) for line in lines]
 

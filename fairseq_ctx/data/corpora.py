@@ -8,16 +8,33 @@ Sources (the papers' setups):
   (the 4.5M-pair set of Vaswani et al.), valid newstest2013, test newstest2014 (full).
 * wmt17-zh-en (Yang, Cao): News Commentary v12 + UN v1.0 downloadable; the CWMT parts
   need registration: pass them with ``--extra-train PREFIX`` (PREFIX.zh / PREFIX.en).
-  Valid newsdev2017, test newstest2017.
+  Without any, the command refuses unless ``--without-cwmt`` is given (the corpus is
+  then ~35% smaller than the papers'). Valid newsdev2017, test newstest2017.
 * wmt14-en-fr (Wang Table 2): Europarl v7 + Common Crawl + UN + News Commentary v9 +
   10^9 French-English, valid newstest2013, test newstest2014 (full).
-The dev/test archives are checked against the md5 sums sacreBLEU publishes for them;
-statmt.org publishes no checksums for the training archives (none is checked).
+The dev/test archives are checked against the md5 sums sacreBLEU publishes for them
+(downloaded or given in --local-dir); statmt.org publishes no checksums for the training
+archives (none is checked). After reading, the dev / test sentence counts are checked
+against the known sizes (newstest2013 3000, newstest2014 full 3003, newsdev2017 zh-en
+2002, newstest2017 zh-en 2001, ASPEC-JE dev 1790 / test 1812). Nothing is written
+unless every check passed.
+
+Checksum manifest (``--checksums FILE``): a JSON file
+``{"archives": {filename: md5}, "counts": {"<corpus>/<split>": n}}`` whose entries
+override (or add to) the published md5 sums and the known counts, e.g. for a mirror
+that repacked the archives, or for the mini archives of the smoke rehearsal
+(fairseq_ctx/reproduce/smoke_data.py), which go through exactly the same checks.
+Counts are sentence pairs READ from the input of that split (for train: all archives
+plus --extra-train, before cleaning). Corpus keys: wmt14-en-de, wmt14-en-fr,
+wmt17-zh-en, aspec, opensubtitles. ASPEC's files can be listed under "archives" by
+their paths inside ASPEC-JE (``dev/dev.txt``).
 
 Offline: ``--local-dir DIR`` may hold each archive under its file name
-(``training-parallel-europarl-v7.tgz``) or its members already extracted, under their
-paths inside the archive (``training/europarl-v7.de-en.en``) or just their base names.
-With ``--offline`` nothing is downloaded and a missing input is one clear error.
+(``training-parallel-europarl-v7.tgz``; md5-checked like a download) or its members
+already extracted, under their paths inside the archive (``training/europarl-v7.de-en.en``)
+or just their base names (these cannot be md5-checked: only their counts are, and a
+warning says so). With ``--offline`` nothing is downloaded and a missing input is one
+clear error. A truncated or corrupt archive is one clear error too.
 
 ASPEC (Iida) is licensed by application: ``aspec`` reads the local ``ASPEC-JE``
 directory. OpenSubtitles2018 Ja-En comes from OPUS (``opensubtitles``).
@@ -25,11 +42,13 @@ directory. OpenSubtitles2018 Ja-En comes from OPUS (``opensubtitles``).
 import argparse
 import gzip
 import hashlib
+import json
 import os
 import re
 import sys
 import tarfile
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -119,6 +138,98 @@ CORPORA: Dict[str, Corpus] = {
 }
 
 
+# Sentence counts of the held-out sets (sacreBLEU / fairseq: newstest2014 full "3003
+# sentences" for En-De and En-Fr; newstest2013 3000; WMT17 Zh-En newsdev2017 2002 and
+# newstest2017 2001; ASPEC-JE's dev.txt / test.txt, Nakazawa et al. 2016).
+KNOWN_COUNTS: Dict[str, int] = {
+    "wmt14-en-de/valid": 3000, "wmt14-en-de/test": 3003,
+    "wmt14-en-fr/valid": 3000, "wmt14-en-fr/test": 3003,
+    "wmt17-zh-en/valid": 2002, "wmt17-zh-en/test": 2001,
+    "aspec/valid": 1790, "aspec/test": 1812,
+}
+CWMT_PARTS = "casia2015, casict2011, casict2015, datum2015, datum2017, neu2017"
+MD5 = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass
+class Checksums:
+    """Published md5 sums / known counts, overridden by a checksum manifest's entries."""
+    archives: Dict[str, str] = field(default_factory=dict)
+    counts: Dict[str, int] = field(default_factory=dict)
+    path: Optional[str] = None  # the manifest, if any
+
+    def md5(self, filename: str, published: Optional[str] = None) -> Tuple[Optional[str], str]:
+        """(expected md5 or None, where it comes from)"""
+        if filename in self.archives:
+            return self.archives[filename], f"the md5 in {self.path}"
+        return published, "the published md5"
+
+    def count(self, key: str) -> Tuple[Optional[int], str]:
+        if key in self.counts:
+            return self.counts[key], f"the count in {self.path}"
+        return KNOWN_COUNTS.get(key), "the known size"
+
+
+def load_checksums(path: Optional[str]) -> Checksums:
+    """Read and validate a checksum manifest; None gives the published values only."""
+    if not path:
+        return Checksums()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise CorpusError(f"checksum manifest not found: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CorpusError(f"checksum manifest {path}: not readable JSON ({error})") from None
+    if not isinstance(data, dict) or set(data) - {"archives", "counts"}:
+        raise CorpusError(f'checksum manifest {path}: expected {{"archives": {{filename: md5}}, '
+                          f'"counts": {{"<corpus>/<split>": n}}}}')
+    archives, counts = data.get("archives", {}), data.get("counts", {})
+    if not isinstance(archives, dict) or not all(isinstance(v, str) and MD5.match(v.lower()) for v in archives.values()):
+        raise CorpusError(f"checksum manifest {path}: \"archives\" must map file names to 32-digit hex md5 sums")
+    if not isinstance(counts, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 and "/" in k for k, v in counts.items()):
+        raise CorpusError(f'checksum manifest {path}: "counts" must map "<corpus>/<split>" to a number of sentences')
+    return Checksums({k: v.lower() for k, v in archives.items()}, dict(counts), path)
+
+
+def check_count(checksums: Checksums, key: str, found: int, what: str):
+    expected, source = checksums.count(key)
+    if expected is not None and found != expected:
+        raise CorpusError(f"{key}: read {found} sentence pairs from {what}, but {source} is {expected} "
+                          "(a truncated, incomplete or different file?)")
+    return expected
+
+
+def check_md5(path: str, expected: Optional[str], source: str):
+    """md5 of a local file (an archive in --local-dir): a mismatch is one clear error; the
+    user's file is left alone."""
+    if expected:
+        actual = _md5(path)
+        if actual != expected:
+            raise CorpusError(f"{path}: md5 {actual} does not match {source} {expected} "
+                              "(a truncated or different file? fetch it again)")
+
+
+def require_cwmt(name: str, extra_train: Sequence[str], without_cwmt: bool):
+    """WMT17 Zh-En as in the papers includes CWMT: refuse to go on silently without it."""
+    if name != "wmt17-zh-en":
+        if without_cwmt:
+            raise CorpusError(f"--without-cwmt only applies to wmt17-zh-en, not {name}")
+        return
+    if extra_train and without_cwmt:
+        raise CorpusError("--without-cwmt and --extra-train contradict each other: pass one of them")
+    if not extra_train and not without_cwmt:
+        raise CorpusError(
+            f"wmt17-zh-en: the papers' training data includes the CWMT corpora ({CWMT_PARTS}), which need "
+            "registration and cannot be downloaded by script: pass each one with --extra-train PREFIX "
+            "(PREFIX.zh / PREFIX.en), or pass --without-cwmt to go on with News Commentary v12 + UN v1.0 "
+            "only (about 35% fewer training pairs than the papers')")
+    if without_cwmt:
+        print(f"warning: wmt17-zh-en WITHOUT the CWMT corpora ({CWMT_PARTS}): the training corpus is about "
+              "35% smaller than the papers'; results are not comparable to their tables", file=sys.stderr)
+
+
 # -- reading ---------------------------------------------------------------------------------
 
 
@@ -144,11 +255,17 @@ def _md5(path):
     return digest.hexdigest()
 
 
-def locate_archive(archive: Archive, local_dir: Optional[str], cache: str, offline: bool):
-    """Return ('archive', path) or ('files', {member: path}) for already-extracted members."""
+def locate_archive(archive: Archive, local_dir: Optional[str], cache: str, offline: bool,
+                   checksums: Optional[Checksums] = None):
+    """Return ('archive', path) or ('files', {member: path}) for already-extracted members.
+    An archive with a known md5 (published, or in the checksum manifest) is checked, in
+    --local-dir as in the download cache."""
+    checksums = checksums or Checksums()
+    expected, source = checksums.md5(archive.filename, archive.md5)
     if local_dir:
         candidate = os.path.join(local_dir, archive.filename)
         if os.path.exists(candidate):
+            check_md5(candidate, expected, source)
             return "archive", candidate
         files = {}
         for pair in archive.members:
@@ -178,32 +295,49 @@ def locate_archive(archive: Archive, local_dir: Optional[str], cache: str, offli
                                 out.write(block)
         except DownloadError as error:
             raise CorpusError(str(error)) from error
-    if archive.md5 and _md5(cached) != archive.md5:
+    if expected and _md5(cached) != expected:
         os.unlink(cached)
-        raise ChecksumError(f"{cached}: md5 does not match the published {archive.md5} (deleted; run again)")
+        raise ChecksumError(f"{cached}: md5 does not match {source} {expected} (deleted; run again)")
     return "archive", cached
 
 
-def read_archive_pairs(archive: Archive, local_dir, cache, offline) -> List[Tuple[List[str], List[str]]]:
-    kind, where = locate_archive(archive, local_dir, cache, offline)
+# what a truncated / corrupt tar, zip or gzip raises while it is read
+UNREADABLE = (tarfile.TarError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, OSError)
+
+
+def read_archive_pairs(archive: Archive, local_dir, cache, offline,
+                       checksums: Optional[Checksums] = None) -> List[Tuple[List[str], List[str]]]:
+    kind, where = locate_archive(archive, local_dir, cache, offline, checksums)
     wanted = {m for pair in archive.members for m in pair}
     contents: Dict[str, List[str]] = {}
     if kind == "files":
+        print(f"warning: {archive.filename}: using its extracted files from --local-dir "
+              f"({', '.join(sorted(where.values()))}); extracted files cannot be md5-checked against the "
+              "archive's checksum, only their sentence counts are checked", file=sys.stderr)
         for member, path in where.items():
-            with open(path, "rb") as handle:
-                contents[member] = decode_lines(handle.read(), path)
+            try:
+                with open(path, "rb") as handle:
+                    contents[member] = decode_lines(handle.read(), path)
+            except UNREADABLE as error:
+                raise CorpusError(f"{path}: cannot be read ({type(error).__name__}: {error}); "
+                                  "a truncated or corrupt file? fetch it again") from None
     else:
         by_base = {os.path.basename(m): m for m in wanted}
         opener = zipfile.ZipFile if where.endswith(".zip") else tarfile.open
-        with opener(where) as bundle:
-            if isinstance(bundle, zipfile.ZipFile):
-                entries = [(name, lambda n=name: bundle.read(n)) for name in bundle.namelist()]
-            else:
-                entries = [(info.name, lambda i=info: bundle.extractfile(i).read()) for info in bundle if info.isfile()]
-            for name, read in entries:
-                member = by_base.get(os.path.basename(name))
-                if member is not None and member not in contents:
-                    contents[member] = decode_lines(read(), name)
+        try:
+            with opener(where) as bundle:
+                if isinstance(bundle, zipfile.ZipFile):
+                    entries = [(name, lambda n=name: bundle.read(n)) for name in bundle.namelist()]
+                else:
+                    entries = [(info.name, lambda i=info: bundle.extractfile(i).read())
+                               for info in bundle if info.isfile()]
+                for name, read in entries:
+                    member = by_base.get(os.path.basename(name))
+                    if member is not None and member not in contents:
+                        contents[member] = decode_lines(read(), name)
+        except UNREADABLE as error:
+            raise CorpusError(f"{where}: cannot read the archive ({type(error).__name__}: {error}); "
+                              "a truncated or corrupt download? delete it and fetch it again") from None
     missing = sorted(wanted - set(contents))
     if missing:
         raise CorpusError(f"{where}: does not contain {', '.join(missing)}")
@@ -222,14 +356,20 @@ def write_split(outdir, split, src_lang, tgt_lang, src_lines, tgt_lines):
             out.writelines(line + "\n" for line in lines)
 
 
-def prepare_wmt(name, outdir, local_dir=None, cache=None, offline=False, extra_train=(), reverse=False):
+def prepare_wmt(name, outdir, local_dir=None, cache=None, offline=False, extra_train=(), reverse=False,
+                checksums: Optional[Checksums] = None, without_cwmt=False):
     corpus = CORPORA[name]
+    require_cwmt(name, extra_train, without_cwmt)
+    checksums = checksums or Checksums()
     cache = cache or default_cache()
     src_lang, tgt_lang = (corpus.tgt, corpus.src) if reverse else (corpus.src, corpus.tgt)
-    for split, archives in (("train", corpus.train), ("valid", [corpus.valid]), ("test", [corpus.test])):
+    splits = {}
+    # held-out sets first (small, checksummed, counted): a bad one fails before the big reads;
+    # nothing is written before every split was read and checked
+    for split, archives in (("valid", [corpus.valid]), ("test", [corpus.test]), ("train", corpus.train)):
         src_all, tgt_all = [], []
         for archive in archives:
-            for src, tgt in read_archive_pairs(archive, local_dir, cache, offline):
+            for src, tgt in read_archive_pairs(archive, local_dir, cache, offline, checksums):
                 src_all += src
                 tgt_all += tgt
         if split == "train":
@@ -239,10 +379,12 @@ def prepare_wmt(name, outdir, local_dir=None, cache=None, offline=False, extra_t
                     raise CorpusError(f"{prefix}.{corpus.src} has {len(src)} lines but .{corpus.tgt} has {len(tgt)}")
                 src_all += src
                 tgt_all += tgt
-        if reverse:
-            src_all, tgt_all = tgt_all, src_all
-        write_split(outdir, split, src_lang, tgt_lang, src_all, tgt_all)
-        print(f"{name} {split}: {len(src_all)} pairs", file=sys.stderr)
+        check_count(checksums, f"{name}/{split}", len(src_all), " + ".join(a.filename for a in archives)
+                    + ("".join(f" + {p}.*" for p in extra_train) if split == "train" else ""))
+        splits[split] = (tgt_all, src_all) if reverse else (src_all, tgt_all)
+    for split in ("train", "valid", "test"):
+        write_split(outdir, split, src_lang, tgt_lang, *splits[split])
+        print(f"{name} {split}: {len(splits[split][0])} pairs", file=sys.stderr)
 
 
 def _read_plain(path):
@@ -302,11 +444,24 @@ def length_eval_subsets(pairs, tokenize_src, width=10, max_bucket=13, tokens_per
     return buckets
 
 
-def prepare_aspec(local_dir, outdir, direction="ja-en", top=1_000_000, length_eval=False):
+def prepare_aspec(local_dir, outdir, direction="ja-en", top=1_000_000, length_eval=False,
+                  checksums: Optional[Checksums] = None, length_eval_tokens=20000):
     if not os.path.isdir(local_dir or ""):
         raise CorpusError(f"missing input: ASPEC-JE directory {local_dir!r} (ASPEC is licensed by application; "
                           "pass the unpacked ASPEC-JE directory with --local-dir)")
+    checksums = checksums or Checksums()
+    for name in ASPEC_TRAIN + tuple(ASPEC_HELDOUT.values()):  # files the manifest gives an md5 for
+        path = os.path.join(local_dir, name)
+        expected, source = checksums.md5(name)
+        if expected and os.path.exists(path):
+            check_md5(path, expected, source)
     src_lang, tgt_lang = direction.split("-")
+    lang_of = {"ja": 0, "en": 1}
+    heldout = {}
+    for split, name in ASPEC_HELDOUT.items():  # first: small, and counted
+        rows = list(read_aspec_heldout(os.path.join(local_dir, name)))
+        check_count(checksums, f"aspec/{split}", len(rows), os.path.join(local_dir, name))
+        heldout[split] = rows
     kept, rest = [], []
     for name in ASPEC_TRAIN:
         path = os.path.join(local_dir, name)
@@ -314,29 +469,34 @@ def prepare_aspec(local_dir, outdir, direction="ja-en", top=1_000_000, length_ev
             break
         for score, ja, en in read_aspec_train(path):
             (kept if len(kept) < top else rest).append((score, ja, en))
+    check_count(checksums, "aspec/train", len(kept) + len(rest), f"{local_dir}/train/train-*.txt")
     # the files are sorted by alignment score; sort anyway so "top" means the best pairs
     everything = sorted(kept + rest, key=lambda row: -row[0])
     kept, rest = everything[:top], everything[top:]
-    lang_of = {"ja": 0, "en": 1}
-    write_split(outdir, "train", src_lang, tgt_lang,
-                [(r[1], r[2])[lang_of[src_lang]] for r in kept], [(r[1], r[2])[lang_of[tgt_lang]] for r in kept])
-    for split, name in ASPEC_HELDOUT.items():
-        rows = list(read_aspec_heldout(os.path.join(local_dir, name)))
-        write_split(outdir, split, src_lang, tgt_lang, [r[lang_of[src_lang]] for r in rows],
-                    [r[lang_of[tgt_lang]] for r in rows])
+    subsets = {}
     if length_eval:
         from .tokenize import tokenizer
 
         tok = tokenizer(src_lang)
-        heldout = [(r[1], r[2]) if src_lang == "ja" else (r[2], r[1]) for r in rest]
-        for bucket, rows in sorted(length_eval_subsets(heldout, tok).items()):
-            write_split(outdir, f"len{bucket * 10}", src_lang, tgt_lang, [r[0] for r in rows], [r[1] for r in rows])
-    print(f"aspec: train {len(kept)} pairs (top by alignment score)", file=sys.stderr)
+        pool = [(r[1], r[2]) if src_lang == "ja" else (r[2], r[1]) for r in rest]
+        subsets = length_eval_subsets(pool, tok, tokens_per_bucket=length_eval_tokens)
+    # every input was read and checked: write
+    write_split(outdir, "train", src_lang, tgt_lang,
+                [(r[1], r[2])[lang_of[src_lang]] for r in kept], [(r[1], r[2])[lang_of[tgt_lang]] for r in kept])
+    for split, rows in heldout.items():
+        write_split(outdir, split, src_lang, tgt_lang, [r[lang_of[src_lang]] for r in rows],
+                    [r[lang_of[tgt_lang]] for r in rows])
+    for bucket, rows in sorted(subsets.items()):
+        write_split(outdir, f"len{bucket * 10}", src_lang, tgt_lang, [r[0] for r in rows], [r[1] for r in rows])
+    print(f"aspec: train {len(kept)} pairs (top by alignment score)"
+          + (f", {len(subsets)} length subsets of up to {length_eval_tokens} source words" if length_eval else ""),
+          file=sys.stderr)
 
 
 # -- OpenSubtitles2018 Ja-En (OPUS) --------------------------------------------------------------
 
 OPENSUBTITLES_URL = "https://object.pouta.csc.fi/OPUS-OpenSubtitles/v2018/moses/en-ja.txt.zip"
+OPENSUBTITLES_ZIP = "en-ja.txt.zip"
 OPENSUBTITLES_MEMBERS = ("OpenSubtitles.en-ja.en", "OpenSubtitles.en-ja.ja", "OpenSubtitles.en-ja.ids")
 SPLIT_SALT = "fairseq-ctx-opensubtitles-split-v1"
 
@@ -348,7 +508,9 @@ def document_split(doc_id, valid=0.05, test=0.05):
     return "test" if rank < test else "valid" if rank < test + valid else "train"
 
 
-def prepare_opensubtitles(outdir, local=None, cache=None, offline=False, direction="ja-en"):
+def prepare_opensubtitles(outdir, local=None, cache=None, offline=False, direction="ja-en",
+                          checksums: Optional[Checksums] = None):
+    checksums = checksums or Checksums()
     files = {}
     if local and os.path.isdir(local):
         for member in OPENSUBTITLES_MEMBERS:
@@ -356,26 +518,38 @@ def prepare_opensubtitles(outdir, local=None, cache=None, offline=False, directi
             if os.path.exists(path):
                 files[member] = path
         if len(files) < 3:
-            zipped = os.path.join(local, "en-ja.txt.zip")
+            zipped = os.path.join(local, OPENSUBTITLES_ZIP)
             local = zipped if os.path.exists(zipped) else None
     if len(files) < 3:
         path = local
-        if not path:
+        # OPUS publishes no md5 sum: only a checksum manifest can give one
+        expected, source = checksums.md5(OPENSUBTITLES_ZIP)
+        if path:
+            check_md5(path, expected, source)
+        else:
             cached = os.path.join(cache or default_cache(), "OpenSubtitles2018.en-ja.txt.zip")
             if not os.path.exists(cached) and offline:
-                raise CorpusError(f"missing input: en-ja.txt.zip (from {OPENSUBTITLES_URL}) or "
+                raise CorpusError(f"missing input: {OPENSUBTITLES_ZIP} (from {OPENSUBTITLES_URL}) or "
                                   f"{', '.join(OPENSUBTITLES_MEMBERS)} in --local-dir")
             try:
                 path = download(OPENSUBTITLES_URL, cached)
             except DownloadError as error:
                 raise CorpusError(str(error)) from error
-        with zipfile.ZipFile(path) as bundle:
-            names = {os.path.basename(n): n for n in bundle.namelist()}
-            for member in OPENSUBTITLES_MEMBERS:
-                if member not in names:
-                    raise CorpusError(f"{path}: does not contain {member}")
-            contents = {m: decode_lines(bundle.read(names[m]), m) for m in OPENSUBTITLES_MEMBERS}
+            check_md5(path, expected, source)
+        try:
+            with zipfile.ZipFile(path) as bundle:
+                names = {os.path.basename(n): n for n in bundle.namelist()}
+                for member in OPENSUBTITLES_MEMBERS:
+                    if member not in names:
+                        raise CorpusError(f"{path}: does not contain {member}")
+                contents = {m: decode_lines(bundle.read(names[m]), m) for m in OPENSUBTITLES_MEMBERS}
+        except UNREADABLE as error:
+            raise CorpusError(f"{path}: cannot read the archive ({type(error).__name__}: {error}); "
+                              "a truncated or corrupt download? delete it and fetch it again") from None
     else:
+        print(f"warning: using the extracted files {', '.join(sorted(files.values()))} from --local-dir instead "
+              f"of {OPENSUBTITLES_ZIP}: extracted files cannot be md5-checked against the archive's checksum, "
+              "only their sentence counts are checked", file=sys.stderr)
         contents = {m: _read_plain(p) for m, p in files.items()}
     en, ja, ids = (contents[m] for m in OPENSUBTITLES_MEMBERS)
     if not len(en) == len(ja) == len(ids):
@@ -387,6 +561,8 @@ def prepare_opensubtitles(outdir, local=None, cache=None, offline=False, directi
         fields = line.split("\t") if "\t" in line else line.split()
         doc = fields[0] + " " + (fields[1] if len(fields) > 1 else "")  # en file + ja file = one movie pair
         splits[document_split(doc)].append(i)
+    for split, rows in splits.items():
+        check_count(checksums, f"opensubtitles/{split}", len(rows), f"the {split} documents of OpenSubtitles")
     for split, rows in splits.items():
         write_split(outdir, split, src_lang, tgt_lang, [side[src_lang][i] for i in rows],
                     [side[tgt_lang][i] for i in rows])
@@ -423,10 +599,14 @@ def main(argv=None):
     wmt.add_argument("--reverse", action="store_true", help="swap source and target (e.g. de-en)")
     wmt.add_argument("--extra-train", action="append", default=[], metavar="PREFIX",
                      help="more training text PREFIX.<src> / PREFIX.<tgt> (e.g. CWMT parts)")
+    wmt.add_argument("--without-cwmt", action="store_true",
+                     help="wmt17-zh-en: go on without the CWMT parts (a corpus ~35%% smaller than the papers')")
     aspec = sub.add_parser("aspec", help="ASPEC-JE from local files")
     aspec.add_argument("--direction", choices=["ja-en", "en-ja"], default="ja-en")
     aspec.add_argument("--top", type=int, default=1_000_000, help="training pairs with the best alignment scores")
     aspec.add_argument("--length-eval", action="store_true", help="also write Section 4.3's per-length subsets")
+    aspec.add_argument("--length-eval-tokens", type=int, default=20000, metavar="N",
+                       help="source words per length subset (the paper: 20000)")
     subs = sub.add_parser("opensubtitles", help="OpenSubtitles2018 Ja-En (OPUS), 90/5/5 by document")
     subs.add_argument("--direction", choices=["ja-en", "en-ja"], default="ja-en")
     clean = sub.add_parser("clean", help="length / ratio filter of a tokenised parallel corpus")
@@ -439,17 +619,25 @@ def main(argv=None):
     for p in (wmt, aspec, subs):
         p.add_argument("--outdir", required=True)
         p.add_argument("--local-dir", default=None)
+        p.add_argument("--checksums", default=None, metavar="FILE",
+                       help='checksum manifest {"archives": {filename: md5}, "counts": {"<corpus>/<split>": n}} '
+                            "overriding the published md5 sums and known sentence counts")
     for p in (wmt, subs):
         p.add_argument("--cache", default=None)
         p.add_argument("--offline", action="store_true", help="never download; fail if an input is missing")
     args = parser.parse_args(argv)
     try:
         if args.command == "wmt":
-            prepare_wmt(args.corpus, args.outdir, args.local_dir, args.cache, args.offline, args.extra_train, args.reverse)
+            prepare_wmt(args.corpus, args.outdir, args.local_dir, args.cache, args.offline, args.extra_train,
+                        args.reverse, load_checksums(args.checksums), args.without_cwmt)
         elif args.command == "aspec":
-            prepare_aspec(args.local_dir, args.outdir, args.direction, args.top, args.length_eval)
+            if args.length_eval_tokens <= 0:
+                raise CorpusError(f"--length-eval-tokens must be positive, not {args.length_eval_tokens}")
+            prepare_aspec(args.local_dir, args.outdir, args.direction, args.top, args.length_eval,
+                          load_checksums(args.checksums), args.length_eval_tokens)
         elif args.command == "opensubtitles":
-            prepare_opensubtitles(args.outdir, args.local_dir, args.cache, args.offline, args.direction)
+            prepare_opensubtitles(args.outdir, args.local_dir, args.cache, args.offline, args.direction,
+                                  load_checksums(args.checksums))
         else:
             src, tgt = _read_plain(args.src_in), _read_plain(args.tgt_in)
             if len(src) != len(tgt):

@@ -6,17 +6,22 @@
 #
 # Usage: scripts/data/prepare-aspec.sh --local-dir ASPEC/ASPEC-JE [--direction ja-en|en-ja]
 #          [--out DIR] [--top 1000000] [--vocab-size 32000] [--length-eval]
+#          [--length-eval-tokens 20000] [--checksums FILE]
 #
 # --length-eval also builds Section 4.3's per-length test sets from the held-out
-# training pairs (buckets of 10 source words, ~20,000 words each): binarized as extra
-# test subsets listed in DIR/bin/length-subsets.tsv (subset name -> bucket).
+# training pairs (buckets of 10 source words, --length-eval-tokens words each, the
+# paper's 20,000 by default): binarized as extra test subsets listed in
+# DIR/bin/length-subsets.tsv (subset name -> bucket).
+# dev / test sentence counts are checked (1,790 / 1,812); --checksums FILE (a JSON
+# manifest {"archives": {path in ASPEC-JE: md5}, "counts": {"aspec/<split>": n}})
+# overrides them and adds md5 checks of the files.
 # Idempotent / atomic steps and a settings check as in scripts/prepare-tatoeba.sh.
 set -euo pipefail
 prog=prepare-aspec
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/common.sh"
 
-local_dir=; direction=ja-en; out=; top=1000000; vocab=32000; length_eval=
+local_dir=; direction=ja-en; out=; top=1000000; vocab=32000; length_eval=; length_eval_tokens=20000; checksums=
 while [ $# -gt 0 ]; do
     case "$1" in
         --local-dir) local_dir=$2; shift 2 ;;
@@ -25,20 +30,27 @@ while [ $# -gt 0 ]; do
         --top) top=$2; shift 2 ;;
         --vocab-size) vocab=$2; shift 2 ;;
         --length-eval) length_eval=1; shift ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        --length-eval-tokens) length_eval_tokens=$2; shift 2 ;;
+        --checksums) checksums=$2; shift 2 ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
 done
 [ -n "$local_dir" ] || die "--local-dir is required (ASPEC is licensed by application and cannot be downloaded by script)"
 [ -d "$local_dir" ] || die "missing input: ASPEC-JE directory $local_dir"
 case "$direction" in ja-en|en-ja) ;; *) die "--direction must be ja-en or en-ja" ;; esac
+case "$length_eval_tokens" in ''|*[!0-9]*|0) die "--length-eval-tokens must be a positive number" ;; esac
+[ -z "$checksums" ] || [ -f "$checksums" ] || die "checksum manifest not found: $checksums"
 src=${direction%-*}; tgt=${direction#*-}
 out=${out:-work/aspec-$direction}
-check_settings "direction=$direction top=$top vocab=$vocab length_eval=${length_eval:-0}"
+# the token budget is recorded only when it is not the paper's (older directories keep their settings)
+budget=; [ -n "$length_eval" ] && [ "$length_eval_tokens" != 20000 ] && budget=" length_eval_tokens=$length_eval_tokens"
+check_settings "direction=$direction top=$top vocab=$vocab length_eval=${length_eval:-0}$budget"
 
 do_raw() {
     $PY -m fairseq_ctx.data.corpora aspec --local-dir "$local_dir" --outdir "$partial" \
-        --direction "$direction" --top "$top" ${length_eval:+--length-eval}
+        --direction "$direction" --top "$top" ${length_eval:+--length-eval} \
+        --length-eval-tokens "$length_eval_tokens" ${checksums:+--checksums "$checksums"}
 }
 all_splits() { ls "$out/raw" | sed -n "s/\.$src\$//p" | sort; }
 do_tok() { tok_splits "$src" "$tgt" $(all_splits); }

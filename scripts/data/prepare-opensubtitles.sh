@@ -7,9 +7,11 @@
 #
 # Usage: scripts/data/prepare-opensubtitles.sh [--direction ja-en|en-ja] [--out DIR]
 #          [--local-dir DIR] [--offline] [--cache DIR] [--vocab-size 32000]
-#          [--variant both|plain|concat]
+#          [--variant both|plain|concat] [--checksums FILE]
 #
 # --local-dir holds en-ja.txt.zip (from OPUS) or its members OpenSubtitles.en-ja.{en,ja,ids}.
+# --checksums FILE: a JSON manifest {"archives": {"en-ja.txt.zip": md5}, "counts":
+# {"opensubtitles/<split>": n}} (OPUS publishes no md5 sum; a mirror or a rehearsal can).
 # Outputs: DIR/bin (sentence-level), DIR/bin-concat (2-to-2). Score the 2-to-2 system
 # with scripts/eval/evaluate.py --strip-concat (only the part after <CONCAT> counts).
 set -euo pipefail
@@ -18,7 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 source "$here/common.sh"
 
-direction=ja-en; out=; local_dir=; offline=; cache=; vocab=32000; variant=both
+direction=ja-en; out=; local_dir=; offline=; cache=; vocab=32000; variant=both; checksums=
 while [ $# -gt 0 ]; do
     case "$1" in
         --direction) direction=$2; shift 2 ;;
@@ -28,13 +30,15 @@ while [ $# -gt 0 ]; do
         --cache) cache=$2; shift 2 ;;
         --vocab-size) vocab=$2; shift 2 ;;
         --variant) variant=$2; shift 2 ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        --checksums) checksums=$2; shift 2 ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
 done
 case "$direction" in ja-en|en-ja) ;; *) die "--direction must be ja-en or en-ja" ;; esac
 case "$variant" in both|plain|concat) ;; *) die "--variant must be both, plain or concat" ;; esac
 [ -z "$local_dir" ] || [ -d "$local_dir" ] || die "--local-dir $local_dir is not a directory"
+[ -z "$checksums" ] || [ -f "$checksums" ] || die "checksum manifest not found: $checksums"
 src=${direction%-*}; tgt=${direction#*-}
 out=${out:-work/opensubtitles-$direction}
 check_settings "direction=$direction vocab=$vocab"
@@ -45,6 +49,7 @@ do_raw() {
     [ -n "$local_dir" ] && opts+=(--local-dir "$local_dir")
     [ -n "$offline" ] && opts+=(--offline)
     [ -n "$cache" ] && opts+=(--cache "$cache")
+    [ -n "$checksums" ] && opts+=(--checksums "$checksums")
     $PY -m fairseq_ctx.data.corpora opensubtitles "${opts[@]}"
 }
 do_tok() { tok_splits "$src" "$tgt" "${splits[@]}"; }

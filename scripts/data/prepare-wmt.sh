@@ -5,7 +5,13 @@
 # Usage: scripts/data/prepare-wmt.sh --corpus wmt14-en-de|wmt17-zh-en|wmt14-en-fr
 #          [--out DIR] [--local-dir DIR] [--offline] [--cache DIR] [--reverse]
 #          [--merges 32000] [--bpe joint|separate] [--max-len 250] [--ratio 1.5]
-#          [--extra-train PREFIX]...
+#          [--extra-train PREFIX]... [--without-cwmt] [--checksums FILE]
+#
+# wmt17-zh-en needs the CWMT parts (registration): --extra-train PREFIX for each
+# (PREFIX.zh / PREFIX.en); without any it refuses unless --without-cwmt is given (then the
+# corpus is ~35% smaller than the papers' and the settings record cwmt=without).
+# --checksums FILE: a JSON manifest {"archives": {filename: md5}, "counts":
+# {"<corpus>/<split>": n}} overriding the published md5 sums / known dev-test sizes.
 #
 # Defaults follow the papers: 32K merges; joint BPE + joined dictionary for En-De / En-Fr
 # (the papers' 88.0M base model needs ~42.8K embedding rows per side), separate BPE for
@@ -15,13 +21,15 @@
 # and checked against published md5 sums; --local-dir takes already-downloaded archives
 # or their extracted files (offline clusters). Idempotent: each step is written to
 # DIR/<step>.partial and renamed when complete; settings are recorded in DIR/settings.
+# Archives in --local-dir are md5-checked like downloads; dev / test sentence counts are
+# checked after reading; a failed check writes nothing but DIR/raw.partial.
 set -euo pipefail
 prog=prepare-wmt
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/common.sh"
 
 corpus=; out=; local_dir=; offline=; cache=; reverse=; merges=32000; bpe=; max_len=250; ratio=1.5
-extra=()
+extra=(); without_cwmt=; checksums=
 while [ $# -gt 0 ]; do
     case "$1" in
         --corpus) corpus=$2; shift 2 ;;
@@ -35,7 +43,9 @@ while [ $# -gt 0 ]; do
         --max-len) max_len=$2; shift 2 ;;
         --ratio) ratio=$2; shift 2 ;;
         --extra-train) extra+=(--extra-train "$2"); shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        --without-cwmt) without_cwmt=1; shift ;;
+        --checksums) checksums=$2; shift 2 ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
 done
@@ -48,8 +58,20 @@ esac
 case "$bpe" in joint|separate) ;; *) die "--bpe must be joint or separate, not '$bpe'" ;; esac
 [ -n "$reverse" ] && { t=$src; src=$tgt; tgt=$t; }
 [ -z "$local_dir" ] || [ -d "$local_dir" ] || die "--local-dir $local_dir is not a directory"
+[ -z "$checksums" ] || [ -f "$checksums" ] || die "checksum manifest not found: $checksums"
+cwmt_setting=
+if [ "$corpus" = wmt17-zh-en ]; then
+    if [ -n "$without_cwmt" ] && [ ${#extra[@]} -gt 0 ]; then
+        die "--without-cwmt and --extra-train contradict each other: pass one of them"
+    elif [ -z "$without_cwmt" ] && [ ${#extra[@]} -eq 0 ]; then
+        die "wmt17-zh-en: the papers' training data includes the CWMT corpora (casia2015, casict2011, casict2015, datum2015, datum2017, neu2017), which need registration and cannot be downloaded by script: pass each one with --extra-train PREFIX (PREFIX.zh / PREFIX.en), or pass --without-cwmt to go on with News Commentary v12 + UN v1.0 only (about 35% fewer training pairs than the papers')"
+    fi
+    [ -n "$without_cwmt" ] && cwmt_setting=" cwmt=without"
+elif [ -n "$without_cwmt" ]; then
+    die "--without-cwmt only applies to wmt17-zh-en, not $corpus"
+fi
 out=${out:-work/$corpus${reverse:+-reversed}}
-check_settings "corpus=$corpus src=$src tgt=$tgt merges=$merges bpe=$bpe max_len=$max_len ratio=$ratio extra=${extra[*]:-none}"
+check_settings "corpus=$corpus src=$src tgt=$tgt merges=$merges bpe=$bpe max_len=$max_len ratio=$ratio extra=${extra[*]:-none}$cwmt_setting"
 splits=(train valid test)
 
 do_raw() {
@@ -58,6 +80,8 @@ do_raw() {
     [ -n "$offline" ] && opts+=(--offline)
     [ -n "$cache" ] && opts+=(--cache "$cache")
     [ -n "$reverse" ] && opts+=(--reverse)
+    [ -n "$without_cwmt" ] && opts+=(--without-cwmt)
+    [ -n "$checksums" ] && opts+=(--checksums "$checksums")
     $PY -m fairseq_ctx.data.corpora wmt "${opts[@]}"
 }
 do_tok() {
