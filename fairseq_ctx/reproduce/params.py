@@ -32,8 +32,9 @@ def make_dictionary(entries):
     return dictionary
 
 
-def parse_model_args(arch_args):
-    """The Namespace fairseq-train builds from these options (arch defaults filled in)."""
+def parse_model_args(arch_args, with_options=False):
+    """The Namespace fairseq-train builds from these options (arch defaults filled in);
+    with ``with_options``, also the set of option strings fairseq-train accepts for them."""
     import fairseq  # noqa: F401
     from fairseq import options
 
@@ -47,7 +48,7 @@ def parse_model_args(arch_args):
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
     ARCH_CONFIG_REGISTRY[args.arch](args)
-    return args
+    return (args, set(parser._option_string_actions)) if with_options else args
 
 
 def count_parameters(arch_args, src_entries, tgt_entries=None, device="meta"):

@@ -108,13 +108,13 @@ def smoke_model_args(model_words, paper):
     SMOKE_MAX_LAYERS layers; head counts, the rows' own options and ratios between rows kept."""
     from .params import parse_model_args
 
-    args = parse_model_args(model_words)
+    args, accepted = parse_model_args(model_words, with_options=True)
     out = []
     for side in ("encoder", "decoder"):
         for name in ("embed_dim", "ffn_embed_dim", "hidden_size", "out_embed_dim", "input_dim", "output_dim"):
-            value = getattr(args, f"{side}_{name}", None)
-            if isinstance(value, int) and value > 0:
-                out += [f"--{side}-{name.replace('_', '-')}", str(max(4, value // SMOKE_DIM_DIVISOR))]
+            value, option = getattr(args, f"{side}_{name}", None), f"--{side}-{name.replace('_', '-')}"
+            if isinstance(value, int) and value > 0 and option in accepted:
+                out += [option, str(max(4, value // SMOKE_DIM_DIVISOR))]
         layers = getattr(args, f"{side}_layers", None)
         if isinstance(layers, int) and layers > SMOKE_MAX_LAYERS:
             out += [f"--{side}-layers", str(SMOKE_MAX_LAYERS)]
