@@ -299,8 +299,10 @@ def run_cell(cell, setting, smoke, env):
 
 def run_cells(cells, setting, smoke, jobs=1, threads=None):
     env = dict(os.environ)
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
+    # cells running side by side share the cores: more OpenMP threads than cores makes every
+    # process spin (seen: 5x slower smoke cells with 2 jobs x 2 threads on 2 cores)
+    threads = threads or max(1, (os.cpu_count() or 1) // max(1, jobs))
+    env.setdefault("OMP_NUM_THREADS", str(threads))
     env["PYTHONUNBUFFERED"] = "1"
     # the same directory trained by two cells (two tables, one model) is run by one of them
     by_dir: Dict[str, List[Cell]] = {}
