@@ -153,9 +153,10 @@ def test_edge_cases_pairing_ties_and_undefined_values():
     st = seed_difference([12.0], [10.0])
     assert st["mean_diff"] == 2.0 and st["ci_low"] is None and st["p_t"] is None
     assert "one seed" in st["note"]
-    # identical non-zero differences: no spread, t infinite -> p_t 0, CI collapses
+    # identical non-zero differences: no spread -> the t-test is undefined (not p = 0), CI collapses
     st = seed_difference([11.0, 12.0, 13.0], [10.0, 11.0, 12.0])
-    assert st["p_t"] == 0.0 and st["ci_low"] == pytest.approx(1.0) and st["ci_high"] == pytest.approx(1.0)
+    assert st["p_t"] is None and "t-test undefined" in st["note"]
+    assert st["ci_low"] == pytest.approx(1.0) and st["ci_high"] == pytest.approx(1.0)
     # no difference at all: no test
     st = seed_difference([1.0, 2.0], [1.0, 2.0])
     assert st["p_t"] is None and st["p_wilcoxon"] is None and st["ties"] == 2
@@ -163,6 +164,29 @@ def test_edge_cases_pairing_ties_and_undefined_values():
     with pytest.raises(ValueError):
         seed_difference([1.0], [1.0, 2.0])
     json.dumps(st, allow_nan=False)
+
+
+def tied_signed_rank_p(diffs):
+    """Exact two-sided signed-rank p WITH tied |differences|: every sign pattern of the
+    mid-ranks, counted when its W+ lies at least as far from n(n+1)/4 as the observed."""
+    values = sorted(abs(d) for d in diffs)
+    mid = {v: sum(i + 1 for i, w in enumerate(values) if w == v) / values.count(v) for v in values}
+    ranks = [mid[abs(d)] for d in diffs]
+    centre = sum(ranks) / 2
+    observed = abs(sum(r for r, d in zip(ranks, diffs) if d > 0) - centre)
+    hits = sum(abs(sum(r for r, s in zip(ranks, signs) if s) - centre) >= observed - 1e-9
+               for signs in itertools.product((0, 1), repeat=len(ranks)))
+    return hits / 2 ** len(ranks)
+
+
+@pytest.mark.parametrize("diffs,expected", [([.3, .3, -.3, .5, .6, .7], 8 / 64),
+                                            ([1, 1, -1, 2, 2, 3, 3, -4], 70 / 256)])
+def test_wilcoxon_with_tied_differences_is_exact(diffs, expected):
+    # BLEU is rounded to 2 decimals, so equal |differences| across seeds are common;
+    # scipy's "exact" method ignores ties (0.094 and 0.3125 here)
+    st = seed_difference(diffs, [0.0] * len(diffs))
+    assert tied_signed_rank_p(diffs) == pytest.approx(expected)
+    assert st["p_wilcoxon"] == pytest.approx(expected)
 
 
 def test_curve_summary_keeps_update_counts_every_seed_has():

@@ -99,25 +99,51 @@ def seed_difference(system: Union[Mapping, Sequence[Number]], baseline: Union[Ma
             out["t"] = t
             out["p_t"] = _finite(2 * stats.t.sf(abs(t), df))
         elif mean != 0:
-            notes.append("identical non-zero differences in every seed: t infinite, p_t 0")
+            # zero variance (e.g. BLEU rounded to 2 decimals, few seeds): the t-test is
+            # undefined, not certain
+            notes.append("identical non-zero differences in every seed: zero variance, t-test undefined")
             out["t"] = None
-            out["p_t"] = 0.0
+            out["p_t"] = None
         else:
             notes.append("all differences zero: no t-test")
     if m == 0:
         notes.append("all differences zero: no Wilcoxon test")
     else:
-        # exact distribution of the signed-rank statistic (zeros dropped, mid-ranks for
-        # ties: scipy conditions on the observed ranks)
-        res = stats.wilcoxon(diffs, zero_method="wilcox", alternative="two-sided",
-                             method="exact" if m <= 50 else "auto")
-        out["p_wilcoxon"] = _finite(res.pvalue)
+        out["p_wilcoxon"] = _finite(signed_rank_p(diffs) if m <= 20 else stats.wilcoxon(
+            diffs, zero_method="wilcox", alternative="two-sided", method="approx", correction=False).pvalue)
         if not out["wilcoxon_can_reach_alpha"]:
             notes.append(f"Wilcoxon with {m} non-zero difference{'s' if m != 1 else ''} cannot reach "
                          f"p < {alpha:g} (smallest two-sided p = {out['wilcoxon_min_p']:.3g}; "
                          f"needs {wilcoxon_seeds_needed(alpha)})")
     out["note"] = "; ".join(notes) or None
     return out
+
+
+def signed_rank_p(diffs) -> float:
+    """Two-sided exact Wilcoxon signed-rank p-value by enumerating all 2**m sign flips of the
+    mid-ranks of the m non-zero |differences| (ties keep their mid-ranks in every flip, the
+    exact permutation distribution conditional on the observed ranks; scipy's "exact" method
+    ignores ties)."""
+    import itertools
+
+    nonzero = [d for d in diffs if d != 0]
+    order = sorted(range(len(nonzero)), key=lambda i: abs(nonzero[i]))
+    ranks = [0.0] * len(nonzero)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and abs(nonzero[order[j + 1]]) == abs(nonzero[order[i]]):
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    total = sum(ranks)
+    observed = sum(r for r, d in zip(ranks, nonzero) if d > 0)
+    # two-sided: as or more extreme than the observed W+ about its mean total / 2
+    distance = abs(observed - total / 2) - 1e-9
+    extreme = sum(1 for signs in itertools.product((0, 1), repeat=len(ranks))
+                  if abs(sum(r for r, sign in zip(ranks, signs) if sign) - total / 2) >= distance)
+    return extreme / 2 ** len(ranks)
 
 
 def wilcoxon_seeds_needed(alpha: float = 0.05) -> int:
