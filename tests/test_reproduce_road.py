@@ -255,3 +255,12 @@ def test_cao_table_prints_a_delta_column(tmp_path):
     table = tables.TABLES["cao_table1"]
     text = tables.format_table(table, [])
     assert "\u0394 Zh-En (paper)" in text and "\u0394 Zh-En (ours)" in text
+
+
+def test_preflight_estimates_checkpoint_disk_before_training(tmp_path):
+    table = tables.TABLES["yang2019_table2"]
+    cells = runner.build_cells(table, table.rows, _options(), str(tmp_path), str(tmp_path))
+    problems = runner.preflight(cells, _options(results=str(tmp_path), setting="p40"), {r.key: 10 ** 12 for r in table.rows})
+    assert any("checkpoints need about" in p and "GiB free" in p for p in problems)
+    assert any("GPU(s) per node needed by the p40 setting" in p for p in problems)  # no GPU here
+    assert sum("missing" in p for p in problems) == 2  # one per data directory, not one per cell
