@@ -57,7 +57,9 @@ def generate(data, path, src, tgt, subset="test", beam=5, batch_size=128, extra_
         "--required-batch-size-multiple", "1", "--remove-bpe", "--nbest", "1",
         *extra_args,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # fairseq-generate needs the architectures: never pass on the data tools' opt-out
+    env = {k: v for k, v in os.environ.items() if k != "FAIRSEQ_CTX_NO_MODELS"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"fairseq-generate failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return proc.stdout
