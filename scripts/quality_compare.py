@@ -123,6 +123,11 @@ def parse_curve_updates(text, updates):
     return [u for u in points if u < updates]
 
 
+# fairseq schedulers whose learning rate at an update depends on --max-update (cosine's
+# period, tri_stage's phases) or on the validation history (reduce_lr_on_plateau)
+MAX_UPDATE_SCHEDULES = ("cosine", "tri_stage", "reduce_lr_on_plateau")
+
+
 def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0,
           curve_updates=(), restore_file=None):
     """fairseq-train as scripts/demo.sh runs it. With ``curve_updates`` it also saves
@@ -490,6 +495,14 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         suppresses), not checkpoint_E_U.pt: when a curve point falls on an epoch's end,
         train again to exactly U from the latest earlier checkpoint (bit-exact, fairseq
         resumes deterministically) in a side directory."""
+        words = [*common, *configs[name]]
+        scheduler = words[len(words) - 1 - words[::-1].index("--lr-scheduler") + 1] \
+            if "--lr-scheduler" in words else "fixed"
+        if scheduler in MAX_UPDATE_SCHEDULES:
+            # training to U with --max-update U would follow another learning-rate curve
+            raise RuntimeError(f"{name} seed {seed}: no checkpoint at {u} updates (an epoch ended there) and "
+                               f"--lr-scheduler {scheduler} depends on --max-update, so it cannot be recovered "
+                               "exactly; choose --curve-updates that do not fall on an epoch's end")
         earlier = {v: p for v, p in _checkpoints_by_update(ckpt_dir).items() if v < u}
         start = earlier[max(earlier)] if earlier else None
         side = os.path.join(ckpt_dir, f"to{u}")

@@ -4,7 +4,8 @@
 
 For each mutation: apply its edits to the model code, run the family's
 tests/test_<family>_equations_end_to_end.py, restore the files (always, in a
-``finally``), and print CAUGHT (the tests failed) or MISSED. Run it on a clean
+``finally``), and print CAUGHT (an equation assertion failed), CRASHED (the mutated code
+only raised: not evidence that the tests check the equation) or MISSED. Run it on a clean
 checkout: it rewrites fairseq_ctx/ files while a mutation's tests run. Not a pytest
 module (it starts a pytest process per mutation, a few seconds each).
 """
@@ -208,7 +209,16 @@ def run(family):
                 with open(full, "w") as handle:
                     handle.write(text)
         summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-200:]
-        print(f"{'CAUGHT' if proc.returncode else 'MISSED'}  {family} {name}  [{summary}]", flush=True)
+        failures = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+        # a mutation counts as caught only when an equation check fails (an assertion), not
+        # when the mutated code merely crashes (shape errors would "catch" anything)
+        if not proc.returncode:
+            verdict = "MISSED"
+        elif any("AssertionError" in line or " - assert" in line for line in failures):
+            verdict = "CAUGHT"
+        else:
+            verdict = "CRASHED"
+        print(f"{verdict}  {family} {name}  [{summary}]", flush=True)
 
 
 if __name__ == "__main__":

@@ -516,6 +516,16 @@ def test_stale_checkpoints_of_other_settings_are_not_resumed(qc, study):
     assert "## Learning curves" not in (study.out / "quality.md").read_text()
 
 
+def test_an_epoch_end_point_is_not_recovered_under_a_schedule_that_depends_on_max_update(qc, study):
+    """Training to U with --max-update U from an earlier checkpoint follows another
+    learning-rate curve under cosine / tri_stage: refused with one message, not joined."""
+    (study.out.parent / "configs" / "train.common").write_text(
+        "--lr 1e-3 --lr-scheduler cosine --disable-validation --no-epoch-checkpoints\n")
+    with pytest.raises(RuntimeError, match="--lr-scheduler cosine depends on --max-update"):
+        _main(qc, study, "--curve-updates", f"10,{EPOCH}", "--seeds", "1", "--configs", "00-*")
+    assert not any(call["restore"] for call in study.fakes.train_calls)
+
+
 # ---------------------------------------------------------------------------------------
 # real fairseq, tiny
 # ---------------------------------------------------------------------------------------

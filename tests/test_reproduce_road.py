@@ -45,7 +45,7 @@ def test_reproduce_dry_run_prints_the_effective_batch_of_every_cell_on_two_nodes
     assert proc.stdout.count("--nnodes 2 --node-rank 1 --master-addr node0") == 12
     refused = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "reproduce", "wang2019_table2.py"),
                               "--dry-run", "--results", str(tmp_path), "--nnodes", "2", "--gpus", "8",
-                              "--launcher", "torchrun"], capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+                              "--launcher", "torchrun", "--master-addr", "node0"], capture_output=True, text=True, env=cli_env(), cwd=ROOT)
     assert refused.returncode != 0 and "65,536" in refused.stderr and "Traceback" not in refused.stderr
 
 
@@ -108,8 +108,18 @@ def test_same_row_shares_one_config_across_tables():
 def test_big_rows_are_tested_against_transformer_big(key):
     table = tables.TABLES[key]
     for row in table.rows:
-        expected = "big" if "big" in row.key and row.key != "big" else "base"
+        expected = None if row.key in ("base", "big") else "big" if "big" in row.key else "base"
         assert tables.baseline_key(table, row) == expected, row.key
+
+
+def test_only_the_rows_the_paper_marks_are_tested():
+    """Baselines are not marked against each other (Transformer-Big vs Base, Iida's Transformer
+    vs the RNN): the papers mark their proposed rows against the counterparts only."""
+    assert tables.baseline_key(tables.TABLES["iida2019_table2"], tables.TABLES["iida2019_table2"].rows[-1]) is None
+    for key in ("iida2019_table3", "iida2019_table4"):
+        table = tables.TABLES[key]
+        assert {r.key: tables.baseline_key(table, r) for r in table.rows} == \
+            {"base": None, "dep_h2k2": "base", "transformer": None}
 
 
 def test_length_tables_mark_against_both_baselines():
@@ -202,6 +212,9 @@ def test_a_run_whose_cells_fail_exits_nonzero_with_one_line_per_cell(tmp_path):
     assert proc.returncode == 1
     failed = [line for line in proc.stderr.splitlines() if line.startswith("cell cao_table2 base / ")]
     assert len(failed) == 2 and all("FAILED: training exited" in line for line in failed)
+    # one line per cell first, then each failed log's tail
+    lines = proc.stderr.splitlines()
+    assert max(lines.index(line) for line in failed) < min(i for i, line in enumerate(lines) if line.startswith("--- "))
     assert "0 of 2 cells ok" in proc.stderr
     assert "| missing |" in proc.stdout  # the table still prints what exists
 
@@ -238,10 +251,10 @@ def test_big_row_is_marked_against_big_not_base(tmp_path):
              _fake_cell(table, rows["big_deep_tam"], column, str(tmp_path), refs, refs)]
     text = tables.format_table(table, cells)
     line = {l.split("|")[2].strip(): l for l in text.splitlines() if l.startswith("| ")}
-    assert "100.00\u21d1" in line["TRANSFORMER-BIG"]  # big vs base: far better
+    assert "| 100.00 |" in line["TRANSFORMER-BIG"] and "\u21d1" not in line["TRANSFORMER-BIG"]  # a baseline: no mark
     big_tam = line["+ DEEP (TAM)"]
     assert "100.00 |" in big_tam and "\u2191" not in big_tam.split("|")[5]  # identical to big: no mark
-    assert "significantly better than TRANSFORMER-BIG" in text and "for + DEEP (RNN), + DEEP (TAM)" in text
+    assert "significantly better than TRANSFORMER-BIG" in text and "for + DEEP (TAM)." in text  # the rows tested
 
 
 def test_numbers_print_as_the_paper_prints_them_and_assumptions_are_labelled(tmp_path):
@@ -264,3 +277,96 @@ def test_preflight_estimates_checkpoint_disk_before_training(tmp_path):
     assert any("checkpoints need about" in p and "GiB free" in p for p in problems)
     assert any("GPU(s) per node needed by the p40 setting" in p for p in problems)  # no GPU here
     assert sum("missing" in p for p in problems) == 2  # one per data directory, not one per cell
+
+
+# -- a training directory holds exactly one training ------------------------------------------------
+
+
+def _key_of(key, row_key, column=None, **kw):
+    return next(c for c in _cells(key, **kw) if c.row.key == row_key and (column is None or c.column.name == column))
+
+
+def test_anything_that_changes_the_training_changes_its_directory(tmp_path):
+    plain = _key_of("cao_table2", "cross_zero")
+    assert _key_of("cao_table2", "cross_zero").train_dir == plain.train_dir  # deterministic
+    assert _key_of("cao_table2", "cross_zero", train_extra=["--seed", "2"]).train_dir != plain.train_dir
+    assert _key_of("cao_table2", "cross_zero", train_extra=["--lr", "0.0001"]).train_dir != plain.train_dir
+    # the data: its dictionaries and the data script's settings
+    table = tables.TABLES["cao_table2"]
+    data = tmp_path / "D"
+    bin_dir = data / table.columns[0].data / table.columns[0].bin
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "dict.zh.txt").write_text("a 1\n")
+    (bin_dir / "dict.en.txt").write_text("b 1\n")
+    dirs = []
+    for change in (None, ("dict.en.txt", "b 2\n"), ("../settings", "bpe=40000\n")):
+        if change:
+            (bin_dir / change[0]).write_text(change[1])
+        cells = runner.build_cells(table, table.rows, _options(), "R", str(data))
+        dirs.append({c.row.key: c.train_dir for c in cells if c.column is table.columns[0]})
+    assert len({d["cross_zero"] for d in dirs}) == 3
+
+
+def test_a_directory_trained_under_another_key_is_not_reused(tmp_path):
+    table = tables.TABLES["cao_table2"]
+    cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path), str(tmp_path))[0]
+    os.makedirs(cell.train_dir)
+    with open(os.path.join(cell.train_dir, "train.json"), "w") as handle:
+        json.dump({"training_key": "0badc0de"}, handle)
+    runner.run_cell(cell, "cpu", False, dict(os.environ))
+    assert cell.status == "FAILED" and "holds a training with key 0badc0de" in cell.message
+
+
+def test_a_directory_being_trained_is_not_trained_twice(tmp_path):
+    table = tables.TABLES["cao_table2"]
+    cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path), str(tmp_path))[0]
+    os.makedirs(cell.train_dir)
+    lock = os.path.join(cell.train_dir, "train.lock")
+    import socket
+
+    with open(lock, "w") as handle:
+        handle.write(f"{socket.gethostname()} {os.getpid()}")  # a live process: this one
+    runner.run_cell(cell, "cpu", False, dict(os.environ))
+    assert cell.status == "FAILED" and "is being trained by" in cell.message
+    assert open(lock).read().endswith(str(os.getpid()))  # the owner's lock is left alone
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    with open(lock, "w") as handle:
+        handle.write(f"{socket.gethostname()} {dead.stdout.strip()}")  # a stale lock is taken over
+    cell.train_cmd = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    runner.run_cell(cell, "cpu", False, dict(os.environ))
+    assert cell.message.startswith("training exited 3") and not os.path.exists(lock)
+
+
+# -- launches that cannot work are refused before anything runs ---------------------------------------
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--launcher", "torchrun", "--nnodes", "2", "--gpus", "4"], "needs --master-addr set to node 0's address"),
+    (["--launcher", "torchrun", "--nnodes", "2", "--node-rank", "2", "--master-addr", "n0"], "ranks are 0 .. nnodes - 1"),
+    (["--jobs", "2"], "for --setting cpu / --smoke only"),
+])
+def test_launches_that_cannot_work_are_refused(tmp_path, args, message):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "reproduce", "wang2019_table2.py"), "--dry-run",
+                           "--results", str(tmp_path), *args], capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+    assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_footer_labels_the_output_length_bound_and_iidas_batch_reading():
+    text = tables.format_table(tables.TABLES["iida2019_table2"], [])
+    assert "--max-len-a 2 --max-len-b 10 (2 x source + 10 tokens): ASSUMPTION" in text
+    assert "per GPU (effective batch 4,000 tokens): INTERPRETATION" in text
+
+
+def test_cao_delta_is_against_row_one_and_blank_without_it(tmp_path):
+    table = tables.TABLES["cao_table1"]
+    column = table.columns[0]
+    refs = [f"the cat number {i} sat on the mat today" for i in range(30)]
+    rows = {r.key: r for r in table.rows}
+    only_cross = [_fake_cell(table, rows["cross_zero"], column, str(tmp_path), refs, refs)]
+    line = next(l for l in tables.format_table(table, only_cross).splitlines() if "| 4 |" in l or "| 4 " in l)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    paper_delta = rows["cross_zero"].paper["Zh-En"] - rows["base"].paper["Zh-En"]
+    assert cells[-2] == f"{paper_delta:+.2f}" and cells[-1] == ""  # base not run: no delta of ours
+    with_base = only_cross + [_fake_cell(table, rows["base"], column, str(tmp_path), refs[:15] + ["x"] * 15, refs)]
+    line = next(l for l in tables.format_table(table, with_base).splitlines() if l.startswith("| 4 |"))
+    assert line.strip("|").split("|")[-1].strip().startswith("+")

@@ -38,6 +38,11 @@ def main(argv=None):
             code = 0
         except SystemExit as stop:
             code = stop.code if isinstance(stop.code, int) else 1
+            if stop.code and not isinstance(stop.code, int):
+                print(stop.code, file=sys.stderr, flush=True)
+        except Exception as error:  # noqa: BLE001  (one table's crash must not stop the rehearsal)
+            code = 1
+            print(f"rehearsal: {key} crashed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         outcome.append((key, code, time.time() - began))
     print("\nrehearsal summary:")
     for key, code, seconds in outcome:

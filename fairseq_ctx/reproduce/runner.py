@@ -1,14 +1,17 @@
 """Run a paper table: cells (row x column), preflight, training, evaluation, provenance.
 
 A cell's training directory is keyed by what decides the trained model: the paper, the
-hardware (setting, nodes x GPUs x tokens x update-freq, precision), the row's config file,
-its column-specific options, and the training data. Two tables that train the same model
-(Yang Table 3 and Table 1, Wang Tables 1 and 2, ...) therefore share one directory and the
-second only evaluates; cells of different settings never share one.
+hardware tag (setting, nodes x GPUs x tokens x update-freq, precision), the row's config
+name, and a hash (``training_key``) of every fairseq-train argument (config contents,
+column options, `--` extras, smoke sizes) and of the prepared data (dictionaries and the
+data script's settings). Two tables that train the same model (Iida Tables 2-4, Yang
+Tables 1 and 3, ...) therefore share one directory and the second only evaluates; anything
+that changes the training gets a directory of its own, never a finished model trained
+otherwise.
 
-    <results>/<paper>/<hardware tag>/<config>[+<column options>]/<data>[-<bin>]/
-        train.log  train.json (provenance, written when training finished)  checkpoints/
-        eval/<subset>/{result.json, hyp.detok.<tgt>, generate.out, eval.log}
+    <results>/<paper>/<hardware tag>/<config>-<key>/<data>[-<bin>]/
+        train.log  train.json (provenance, written when training finished)  train.lock (while training)
+        checkpoints/  eval/<subset>/{result.json, hyp.detok.<tgt>, generate.out, eval.log}
 
 Significance marks are computed when the table is assembled, from the hypotheses of the
 row and of ITS baseline (Row.baseline, else the table's), so the order in which cells
@@ -48,8 +51,11 @@ class Cell:
     subsets: List[str]  # gen-subsets evaluated (test / valid / lentest*)
     train_cmd: List[str]
     hw: object
+    key: str = ""  # training_key: what decides the trained model, hashed
+    data_fingerprint: str = ""
     status: str = "pending"
-    message: str = ""
+    message: str = ""  # one line
+    log_tail: str = ""  # the failed log's last lines, printed after all summaries
     seconds: float = 0.0
 
     @property
@@ -82,13 +88,46 @@ def column_args(row, column):
     return list(row.column_args.get(column.name, ()))
 
 
-def train_dir_of(results, table, row, column, hw_tag):
+SAVE_DIR = "{save_dir}"  # stands for the training directory while its key is computed
+
+
+def data_fingerprint(bin_dir, src, tgt):
+    """What identifies prepared data for training: its dictionaries (tokenisation, BPE,
+    vocabulary) and the data script's recorded settings (one directory up)."""
+    digest = hashlib.sha1()
+    for path in (os.path.join(bin_dir, f"dict.{src}.txt"), os.path.join(bin_dir, f"dict.{tgt}.txt"),
+                 os.path.join(os.path.dirname(bin_dir.rstrip("/")), "settings")):
+        digest.update(os.path.basename(path).encode() + b"\0")
+        try:
+            with open(path, "rb") as handle:
+                digest.update(hashlib.md5(handle.read()).hexdigest().encode())
+        except OSError:
+            digest.update(b"<missing>")
+    return digest.hexdigest()[:12]
+
+
+def fairseq_train_args(cmd, bin_dir):
+    """The fairseq-train arguments of a training command: from the data directory on, without
+    the launcher in front of it or the rendezvous port (neither changes what is trained)."""
+    words = list(cmd[cmd.index(bin_dir):])
+    if "--distributed-port" in words:
+        at = words.index("--distributed-port")
+        del words[at:at + 2]
+    return words
+
+
+def training_key(cmd, bin_dir, fingerprint):
+    """8 hex digits that change with anything deciding the trained model: every fairseq-train
+    argument (config, setting, hardware, column options, `--` extras, smoke sizes) and the data."""
+    words = ["{data}" if w == bin_dir else "{user_dir}" if w == train_mod.USER_DIR else w
+             for w in fairseq_train_args(cmd, bin_dir)]
+    return hashlib.sha1((shlex.join(words) + "\0" + fingerprint).encode()).hexdigest()[:8]
+
+
+def train_dir_of(results, table, row, column, hw_tag, key):
     config = os.path.splitext(os.path.basename(row.config))[0]
-    extra = column_args(row, column)
-    if extra:
-        config += "+" + hashlib.sha1(shlex.join(extra).encode()).hexdigest()[:8]
     data = column.data + ("" if column.bin == "bin" else "-" + column.bin)
-    return os.path.join(results, table.paper, hw_tag, _slug(config), _slug(data))
+    return os.path.join(results, table.paper, hw_tag, _slug(f"{config}-{key}"), _slug(data))
 
 
 def length_subsets(data_dir, column):
@@ -134,20 +173,24 @@ def build_cells(table, rows, options, results, data_root) -> List[Cell]:
                                     options.reference, cpu_max_tokens=options.cpu_max_tokens,
                                     allow_batch_change=options.allow_batch_change)
             tag = "smoke" if options.smoke else hw.tag(setting)
-            train_dir = train_dir_of(results, table, row, column, tag)
             extra = column_args(row, column)
             if options.smoke:
                 extra = smoke_model_args(train_mod.model_args(os.path.join(CONFIGS, row.config)) + extra,
                                          table.paper) + extra + SMOKE_TRAIN
             extra += list(options.train_extra)
-            cmd = train_mod.build_command(os.path.join(CONFIGS, row.config), setting, os.path.join(data_dir, column.bin),
-                                          os.path.join(train_dir, "checkpoints"), extra, launcher=options.launcher,
+            bin_dir = os.path.join(data_dir, column.bin)
+            cmd = train_mod.build_command(os.path.join(CONFIGS, row.config), setting, bin_dir,
+                                          os.path.join(SAVE_DIR, "checkpoints"), extra, launcher=options.launcher,
                                           node_rank=options.node_rank, master_addr=options.master_addr,
                                           master_port=options.master_port, backend=options.backend, hw=hw)
+            fingerprint = data_fingerprint(bin_dir, column.src, column.tgt)
+            key = training_key(cmd, bin_dir, fingerprint)
+            train_dir = train_dir_of(results, table, row, column, tag, key)
+            cmd = [w.replace(SAVE_DIR, train_dir) for w in cmd]
             subsets = [column.subset]
             if table.kind == "length":
                 subsets = list(length_subsets(data_dir, column)) or ["lentest"]
-            cells.append(Cell(table, row, column, train_dir, data_dir, subsets, cmd, hw))
+            cells.append(Cell(table, row, column, train_dir, data_dir, subsets, cmd, hw, key, fingerprint))
     return cells
 
 
@@ -248,7 +291,8 @@ def provenance(cell, setting, smoke):
             "hardware": cell.hw.describe(), "effective_batch_tokens": cell.hw.effective,
             "paper_batch_tokens": cell.hw.paper_effective, "command": shlex.join(cell.train_cmd),
             "git_commit": _git_commit(), "torch": torch.__version__, "fairseq": fairseq.__version__,
-            "python": sys.version.split()[0], "train_log": os.path.join(cell.train_dir, "train.log")}
+            "python": sys.version.split()[0], "train_log": os.path.join(cell.train_dir, "train.log"),
+            "training_key": cell.key, "data": cell.bin_dir, "data_fingerprint": cell.data_fingerprint}
 
 
 # -- running -------------------------------------------------------------------------------------
@@ -270,17 +314,92 @@ def _tail(path, lines=12):
         return ""
 
 
+class TrainLock:
+    """train.lock in a training directory while a process trains it: a second run of the
+    same cell (another table, another shell) waits for nothing and fails that cell at once
+    instead of writing into the same checkpoints. A lock left by a dead process on this
+    host is taken over."""
+
+    def __init__(self, train_dir):
+        self.path = os.path.join(train_dir, "train.lock")
+        self.held = False
+
+    def acquire(self):
+        import socket
+
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        me = f"{socket.gethostname()} {os.getpid()}"
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                owner = _read_text(self.path).split()
+                if len(owner) == 2 and owner[0] == socket.gethostname() and not _alive(int(owner[1])):
+                    os.unlink(self.path)  # stale: its process is gone
+                    continue
+                raise RuntimeError(f"{os.path.dirname(self.path)} is being trained by {' pid '.join(owner) or '?'} "
+                                   f"(remove {self.path} if that process is gone)")
+            with os.fdopen(fd, "w") as handle:
+                handle.write(me)
+            self.held = True
+            return self
+        raise RuntimeError(f"could not take {self.path}")
+
+    def release(self):
+        if self.held:
+            self.held = False
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
+def _read_text(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _check_reused(cell):
+    """A finished training is reused only if it was trained by this cell's key."""
+    with open(os.path.join(cell.train_dir, "train.json"), encoding="utf-8") as handle:
+        recorded = json.load(handle).get("training_key")
+    if recorded != cell.key:
+        raise RuntimeError(f"{cell.train_dir} holds a training with key {recorded}, not {cell.key}; "
+                           "move it away (it was trained with other arguments or data)")
+
+
 def run_cell(cell, setting, smoke, env):
     start = time.time()
+    lock = TrainLock(cell.train_dir)
     try:
-        if not cell.trained:
+        if cell.trained:
+            _check_reused(cell)
+        else:
+            lock.acquire()
             log = os.path.join(cell.train_dir, "train.log")
+            record = provenance(cell, setting, smoke)  # the code as it was when training started
+            record["started"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             code = _run_logged(cell.train_cmd, log, env)
             if code:
-                cell.status, cell.message = "FAILED", f"training exited {code}; log {log}:\n{_tail(log)}"
+                cell.status, cell.message = "FAILED", f"training exited {code}; log {log}"
+                cell.log_tail = _tail(log)
                 return cell
             with atomic_write(os.path.join(cell.train_dir, "train.json")) as handle:
-                json.dump(provenance(cell, setting, smoke), handle, indent=1)
+                json.dump(dict(record, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z")), handle, indent=1)
+            lock.release()
         for subset in cell.subsets:
             if cell.evaluated(subset):
                 continue
@@ -289,12 +408,14 @@ def run_cell(cell, setting, smoke, env):
             # importing fairseq there (~5 s of CPU per cell)
             code = _run_logged(eval_command(cell, subset), log, dict(env, FAIRSEQ_CTX_NO_MODELS="1"))
             if code:
-                cell.status, cell.message = "FAILED", f"evaluation of {subset} exited {code}; log {log}:\n{_tail(log)}"
+                cell.status, cell.message = "FAILED", f"evaluation of {subset} exited {code}; log {log}"
+                cell.log_tail = _tail(log)
                 return cell
         cell.status = "ok"
     except Exception as error:  # noqa: BLE001  (one cell's crash must not stop the others)
         cell.status, cell.message = "FAILED", f"{type(error).__name__}: {error}"
     finally:
+        lock.release()
         cell.seconds = time.time() - start
     return cell
 
@@ -324,7 +445,27 @@ def run_cells(cells, setting, smoke, jobs=1, threads=None):
         for group in pool.map(run_group, by_dir.values()):
             for cell in group:
                 summary(cell)
+    for cell in cells:
+        if cell.log_tail:
+            print(f"--- {cell.name}: last lines of its log ---\n{cell.log_tail}", file=sys.stderr, flush=True)
     return cells
+
+
+def run_follower(cells, node_rank):
+    """Node R > 0 of a multi-node run: the same training commands, one after another, joining
+    node 0's rendezvous. fairseq saves checkpoints from rank 0 only, so this node writes no
+    train.json, takes no lock and evaluates nothing: node 0 does."""
+    failed = []
+    for cell in [c for c in cells if not c.trained]:
+        log = os.path.join(cell.train_dir, f"train.node{node_rank}.log")
+        code = _run_logged(cell.train_cmd, log, dict(os.environ, PYTHONUNBUFFERED="1"))
+        print(f"node {node_rank}: {cell.name}: training {'ok' if code == 0 else f'FAILED (exit {code}); log {log}'}",
+              flush=True)
+        if code:
+            failed.append(cell.name)
+    if failed:
+        sys.exit(1)
+    return ""
 
 
 def summary(cell):
@@ -430,6 +571,13 @@ def main(table_key, argv=None):
         options.data_root = options.data_root or os.path.join(options.results, "data")
     options.results = options.results or os.path.join(ROOT, "work", "experiments")
     options.data_root = options.data_root or os.path.join(ROOT, "work")
+    try:
+        train_mod.check_launch(options.launcher, options.nnodes, options.node_rank, options.master_addr)
+    except train_mod.BatchError as error:
+        sys.exit(f"reproduce: {error}")
+    if options.jobs > 1 and (options.setting or PAPER_SETTING[table.paper]) != "cpu":
+        sys.exit("reproduce: --jobs N trains N cells side by side: for --setting cpu / --smoke only (GPU cells "
+                 "would share the same GPUs)")
     unknown = [key for key in options.only if key not in {r.key for r in table.rows}]
     if unknown:
         sys.exit(f"reproduce: unknown row(s) {', '.join(unknown)}; rows: {', '.join(r.key for r in table.rows)}")
@@ -437,13 +585,17 @@ def main(table_key, argv=None):
     start = time.time()
     notes = ""
     if options.smoke and table.columns and not (options.dry_run or options.table_only):
+        from .smoke_data import SmokeDataError
         from .smoke_data import prepare as prepare_smoke
 
         sources = {}
         for column in table.columns:
             if column.data not in sources:
                 print(f"reproduce: smoke data {column.data} ...", flush=True)
-                sources[column.data] = prepare_smoke(column.data, options.data_root, workers=max(1, options.jobs))
+                try:
+                    sources[column.data] = prepare_smoke(column.data, options.data_root, workers=max(1, options.jobs))
+                except SmokeDataError as error:
+                    sys.exit(f"reproduce: smoke data {column.data} failed, nothing was trained: {error}")
         notes = "".join(f"> smoke data {name}: {note}\n" for name, note in sources.items())
     if options.smoke:
         notes = (f"> **SMOKE REHEARSAL**: every cell through the full-scale code path with tiny models "
@@ -474,6 +626,8 @@ def main(table_key, argv=None):
                 print(f"  - {problem}", file=sys.stderr)
             if not options.skip_preflight:
                 sys.exit(2)
+        if options.node_rank > 0:
+            return run_follower(cells, options.node_rank)
         run_cells(cells, options.setting or PAPER_SETTING[table.paper], options.smoke, options.jobs)
     speed, speed_failed = None, False
     if table.speed and not options.no_speed and not options.dry_run:

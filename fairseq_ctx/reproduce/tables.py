@@ -319,6 +319,13 @@ def significance(cell, baseline_cell, subset=None):
 
 
 def baseline_key(table, row):
+    """The row this row is tested against: the paper's own pairing where it marks one
+    (paper_tables' baseline_of: only the rows the paper marks, each against its counterpart,
+    e.g. Big rows against Transformer-Big, never a baseline against another), else the
+    row's or the table's baseline."""
+    paper = paper_tables.PAPER_TABLES.get(table.key) if paper_tables else None
+    if paper is not None and paper.baseline_of:
+        return paper.baseline_of.get(row.key)
     return row.baseline or table.baseline
 
 
@@ -343,8 +350,7 @@ def format_table(table: Table, cells, param_counts=None, speed=None, header_note
         header += [f"{column.name} (paper)", f"{column.name} (ours, tokenized)", f"{column.name} (sacreBLEU)"]
         if table.delta:
             header += [f"\u0394 {column.name} (paper)", f"\u0394 {column.name} (ours)"]
-    body, base_count, marks_used = [], None, set()
-    first_scores = {}
+    body, base_count, marks_used = [], None, {}  # baseline key -> labels of the rows tested against it
     for index, row in enumerate(table.rows, 1):
         cells_ = [index, row.label] + list(row.extra.values())
         if param_counts is not None:
@@ -364,8 +370,10 @@ def format_table(table: Table, cells, param_counts=None, speed=None, header_note
             cell = by.get((row.key, column.name))
             result = load_result(cell) if cell else None
             paper = _paper_value(table, row, column.name)
+            value, paper0 = row.paper.get(column.name), table.rows[0].paper.get(column.name)
+            paper_delta = f"{value - paper0:+.2f}" if isinstance(value, float) and isinstance(paper0, float) else ""
             if result is None:
-                cells_ += [paper, "missing", "missing"] + (["", ""] if table.delta else [])
+                cells_ += [paper, "missing", "missing"] + ([paper_delta, ""] if table.delta else [])
                 continue
             mark = ""
             base_key = baseline_key(table, row)
@@ -373,15 +381,15 @@ def format_table(table: Table, cells, param_counts=None, speed=None, header_note
                 test = significance(cell, by.get((base_key, column.name)))
                 if test is not None:
                     mark = significance_mark(test["p_value"], test["delta"], table.marks)
-                    marks_used.add(base_key)
+                    tested = marks_used.setdefault(base_key, [])
+                    if row.label not in tested:
+                        tested.append(row.label)
             ours = result["tokenized"]["bleu"]
             cells_ += [paper, f"{ours:.2f}{mark}", f"{result['sacrebleu']['bleu']:.2f}"]
-            if table.delta:
-                first_scores.setdefault(column.name, (row.paper.get(column.name), ours))
-                paper0, ours0 = first_scores[column.name]
-                value = row.paper.get(column.name)
-                cells_ += [f"{value - paper0:+.2f}" if isinstance(value, float) and isinstance(paper0, float) else "",
-                           f"{ours - ours0:+.2f}"]
+            if table.delta:  # against row 1 (the paper's Δ), blank where row 1 has no result
+                first = load_result(by[(table.rows[0].key, column.name)]) if (table.rows[0].key, column.name) in by \
+                    else None
+                cells_ += [paper_delta, f"{ours - first['tokenized']['bleu']:+.2f}" if first else ""]
         body.append(cells_)
     text = f"### {table.title}\n\n{header_note}" + markdown_table(header, body)
     return text + footer(table, cells, marks_used, speed=speed)
@@ -426,8 +434,8 @@ def format_length_table(table, cells, header_note=""):
             line[2] = result["sentences"]
             marks = ""
             for base_key, single, double in table.baselines:
-                if base_key == row.key:
-                    continue
+                if row.key in {key for key, _, _ in table.baselines}:
+                    break  # the baselines themselves carry no marks
                 test = significance(cell, by.get(base_key), subset)
                 if test is not None and test["delta"] > 0:
                     marks += double if test["p_value"] < 0.01 else single if test["p_value"] < 0.05 else ""
@@ -437,7 +445,7 @@ def format_length_table(table, cells, header_note=""):
     for base_key, single, double in table.baselines:
         label = next(r.label for r in table.rows if r.key == base_key)
         text += f"\n{single} / {double} after ours: significantly better than {label} (paired bootstrap, p < 0.05 / 0.01)."
-    return text + "\n" + footer(table, cells, set(), marks=False)
+    return text + "\n" + footer(table, cells, {}, marks=False)
 
 
 def footer(table, cells, marks_used, marks=True, speed=None):
@@ -453,9 +461,10 @@ def footer(table, cells, marks_used, marks=True, speed=None):
         lines.append("sacreBLEU: " + "; ".join(sorted(signatures)))
     if marks and table.columns and table.baseline:
         single, double = table.marks
-        for base_key in sorted(marks_used or {table.baseline}):
+        for base_key in sorted(marks_used or {table.baseline: None}):
             label = next(r.label for r in table.rows if r.key == base_key)
-            against = [r.label for r in table.rows if baseline_key(table, r) == base_key and r.key != base_key]
+            against = (marks_used or {}).get(base_key) or \
+                [r.label for r in table.rows if baseline_key(table, r) == base_key and r.key != base_key]
             lines.append(f"{single} / {double} after ours: significantly better than {label} (paired bootstrap, "
                          f"1000 samples, tokenized BLEU, p < 0.05 / 0.01), for {', '.join(against)}.")
     paper = paper_tables.PAPER_TABLES.get(table.key) if paper_tables else None
@@ -486,7 +495,20 @@ def assumptions(table):
     ]
     out = [f"{ours}: {'ASSUMPTION (the paper does not state it)' if what in unstated else 'as the paper states'}"
            for what, ours in choices]
-    return ["Evaluation: " + "; ".join(out) + "."]
+    out.append("output length bound --max-len-a 2 --max-len-b 10 (2 x source + 10 tokens): ASSUMPTION (no paper "
+               "states one; fairseq's default 200 tokens would cut long ASPEC / WMT outputs)")
+    lines = ["Evaluation: " + "; ".join(out) + "."]
+    if table.paper in TRAINING_INTERPRETATIONS:
+        lines.append("Training: " + TRAINING_INTERPRETATIONS[table.paper])
+    return lines
+
+
+# How a paper's training description is read where it allows two readings
+TRAINING_INTERPRETATIONS = {
+    "iida2019": ("\"The number of tokens per batch was 2,000 and two GPUs were used in parallel\" read as fairseq's "
+                 "--max-tokens 2000 per GPU (effective batch 4,000 tokens): INTERPRETATION (the other reading, 2,000 "
+                 "tokens in all, halves the batch; the authors used fairseq, whose --max-tokens is per GPU)."),
+}
 
 
 def main(table_key, argv=None):

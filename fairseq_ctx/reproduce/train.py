@@ -219,6 +219,17 @@ def add_hardware_options(parser):
                         help="train even if the hardware cannot keep the paper's effective batch")
 
 
+def check_launch(launcher, nnodes, node_rank, master_addr):
+    """A multi-node launch that cannot rendezvous is refused before anything starts."""
+    if nnodes < 1 or not 0 <= node_rank < nnodes:
+        raise BatchError(f"--node-rank {node_rank} with --nnodes {nnodes}: ranks are 0 .. nnodes - 1")
+    if nnodes > 1 and launcher == "torchrun" and master_addr in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
+        raise BatchError(f"--nnodes {nnodes} with torchrun needs --master-addr set to node 0's address, reachable "
+                         f"from every node (not {master_addr})")
+    if nnodes > 1 and launcher == "spawn":
+        raise BatchError("--nnodes > 1 needs --launcher torchrun (the same command on every node) or slurm")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", help="configs/<paper>/<row>.args")
@@ -244,6 +255,7 @@ def main(argv=None):
     argv, extra = split_extra(argv)
     args = build_parser().parse_args(argv)
     try:
+        check_launch(args.launcher, args.nnodes, args.node_rank, args.master_addr)
         hw = hardware(args.setting, paper_of(args.config), args.gpus, args.nnodes, args.max_tokens_per_gpu,
                       args.reference, allow_batch_change=args.allow_batch_change)
         cmd = build_command(args.config, args.setting, args.data, args.save_dir, extra, args.launcher,
