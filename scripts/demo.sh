@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The demo: real Tatoeba zh-en -> train every row of configs/demo/*.args with the same
+# The demo: real Tatoeba zh-en -> train every row of fairseq_ctx/configs/demo/*.args with the same
 # data, the same update budget and the same training settings -> translate the whole
 # test set -> a sacreBLEU table.
 #
@@ -30,10 +30,10 @@ start=$(date +%s)
 read -r -a prep_args <<< "$DEMO_PREP_ARGS"
 read -r -a gen_args <<< "$DEMO_GEN_ARGS"
 bash scripts/prepare-tatoeba.sh --pair zh-en --out "$data" "${prep_args[@]}"
-read -r -a common < configs/demo/train.common
+read -r -a common < fairseq_ctx/configs/demo/train.common
 
 rows=()
-for file in configs/demo/$DEMO_ROWS.args; do
+for file in fairseq_ctx/configs/demo/$DEMO_ROWS.args; do
     [ -f "$file" ] || { echo "demo: no row matches DEMO_ROWS=$DEMO_ROWS" >&2; exit 2; }
     rows+=("$(basename "$file" .args)")
 done
@@ -46,8 +46,8 @@ fi
 run_row() {
     local row=$1 dir=$DEMO_DIR/runs/$1 settings t0 t1
     local -a arch_args
-    read -r -a arch_args < "configs/demo/$row.args"
-    settings="updates=$DEMO_UPDATES seed=$DEMO_SEED beam=$DEMO_BEAM gen=$DEMO_GEN_ARGS $(cat configs/demo/train.common "configs/demo/$row.args" | tr '\n' ' ')"
+    read -r -a arch_args < "fairseq_ctx/configs/demo/$row.args"
+    settings="updates=$DEMO_UPDATES seed=$DEMO_SEED beam=$DEMO_BEAM gen=$DEMO_GEN_ARGS $(cat fairseq_ctx/configs/demo/train.common "fairseq_ctx/configs/demo/$row.args" | tr '\n' ' ')"
     if [ -f "$dir/bleu.json" ] && [ "$(cat "$dir/settings" 2>/dev/null)" = "$settings" ]; then
         echo "demo: $row: done already"; return 0
     fi

@@ -2,15 +2,20 @@
 """Build the "2-to-2" extended-context corpus of Iida et al. (2019), Section 4.1:
 "<previous> <CONCAT> <current>" within documents, on both sides.
 
-A thin command-line wrapper: the code is fairseq_ctx/data/concat_context.py (run with
---help for the options).
+The same command as `fairseq-ctx-make-concat-context`: the code is
+fairseq_ctx/data/concat_context.py (run with --help for the options).
 """
 import os
 import sys
 
-if __name__ == "__main__":  # a text tool: no need to import fairseq's models (~5 s); not when imported
+if __name__ == "__main__":  # a text tool: no need to import fairseq's models (~4 s); not when imported
     os.environ.setdefault("FAIRSEQ_CTX_NO_MODELS", "1")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+try:
+    from fairseq_ctx.cli import make_concat_context
+except ModuleNotFoundError as error:  # run from a checkout, the package is importable only once installed
+    if error.name != "fairseq_ctx":
+        raise
+    sys.exit("fairseq_ctx is not importable: run `pip install -e .` in the checkout (or `make setup`)")
 from fairseq_ctx.data.concat_context import (  # noqa: E402,F401  (re-exported for importers of this script)
     MARKER,
     CorpusError,
@@ -22,4 +27,4 @@ from fairseq_ctx.data.concat_context import (  # noqa: E402,F401  (re-exported f
 )
 
 if __name__ == "__main__":
-    sys.exit(make_main())
+    sys.exit(make_concat_context())

@@ -4,15 +4,20 @@ part after the last <CONCAT> marker of each line (wherever it stands) before sco
 
     strip_concat_context.py HYP REF -o HYP.stripped REF.stripped
 
-A thin command-line wrapper: the code is fairseq_ctx/data/concat_context.py (run with
---help for the options).
+The same command as `fairseq-ctx-strip-concat-context`: the code is
+fairseq_ctx/data/concat_context.py (run with --help for the options).
 """
 import os
 import sys
 
-if __name__ == "__main__":  # a text tool: no need to import fairseq's models (~5 s); not when imported
+if __name__ == "__main__":  # a text tool: no need to import fairseq's models (~4 s); not when imported
     os.environ.setdefault("FAIRSEQ_CTX_NO_MODELS", "1")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+try:
+    from fairseq_ctx.cli import strip_concat_context
+except ModuleNotFoundError as error:  # run from a checkout, the package is importable only once installed
+    if error.name != "fairseq_ctx":
+        raise
+    sys.exit("fairseq_ctx is not importable: run `pip install -e .` in the checkout (or `make setup`)")
 from fairseq_ctx.data.concat_context import (  # noqa: E402,F401  (re-exported for importers of this script)
     MARKER,
     CorpusError,
@@ -22,4 +27,4 @@ from fairseq_ctx.data.concat_context import (  # noqa: E402,F401  (re-exported f
 )
 
 if __name__ == "__main__":
-    sys.exit(strip_main())
+    sys.exit(strip_concat_context())

@@ -1,21 +1,17 @@
-"""CPU smoke test of the benchmark harness (scripts/benchmark.py, fairseq_ctx/benchmarking.py).
+"""CPU smoke test of the benchmark harness (fairseq_ctx/benchmarking.py: fairseq-ctx-benchmark, scripts/benchmark.py).
 
 Tiny dims, 2 timed steps: stock transformer vs stock transformer with another option,
 and stock lstm vs stock lstm with another option, in ONE run (two baselines, a system
 naming its baseline with ``@``). The architectures of issues 3-6 are added by the lead
 once they exist (see EXTRA_SYSTEMS).
 """
-import importlib.util
 import json
-import os
 import time
 
 import pytest
 import torch
 
 from fairseq_ctx import benchmarking as B
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # (name@baseline=ARGS) of plugin systems to include in the smoke run once they exist.
 EXTRA_SYSTEMS = [
@@ -24,13 +20,6 @@ EXTRA_SYSTEMS = [
     "cross_agg=--arch transformer_cross_agg",
     "sentential=--arch transformer_sentential --sentential-deep tam",
 ]
-
-
-def _load_cli():
-    spec = importlib.util.spec_from_file_location("benchmark_cli", os.path.join(ROOT, "scripts", "benchmark.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_system_specs():
@@ -89,7 +78,6 @@ def test_batches_are_deterministic_and_fairseq_shaped():
 
 
 def test_smoke_run_cpu(tmp_path):
-    cli = _load_cli()
     out_json, out_md = tmp_path / "b.json", tmp_path / "b.md"
     argv = [
         "--baseline", "transformer=--arch transformer",
@@ -104,7 +92,7 @@ def test_smoke_run_cpu(tmp_path):
         "--json", str(out_json), "--markdown", str(out_md),
     ]
     t0 = time.time()
-    res = cli.main(argv)
+    res = B.main(argv)  # fairseq-ctx-benchmark, scripts/benchmark.py
     elapsed = time.time() - t0
     data = json.loads(out_json.read_text())
     names = {"transformer", "lstm", "noscale", "lstm96", *(s.split("=")[0].split("@")[0] for s in EXTRA_SYSTEMS)}

@@ -1,26 +1,23 @@
-"""scripts/quality_compare.py: baseline assignment, resume, statistics and sacreBLEU's
+"""fairseq_ctx/quality_compare.py (fairseq-ctx-quality-compare, scripts/quality_compare.py): baseline assignment, resume, statistics and sacreBLEU's
 paired bootstrap, with training / evaluation replaced by fakes (the real run is heavy;
 see docs/notes/benchmark.md for a real tiny-budget run)."""
-import importlib.util
 import json
 import os
 import random
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from fairseq_ctx import quality_compare
+from fairseq_ctx.paths import CONFIGS
 
 
 @pytest.fixture(scope="module")
 def qc():
-    spec = importlib.util.spec_from_file_location("quality_compare", os.path.join(ROOT, "scripts", "quality_compare.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return quality_compare
 
 
 def test_baselines_of_demo_configs(qc):
-    cdir = os.path.join(ROOT, "configs", "demo")
+    cdir = os.path.join(CONFIGS, "demo")
     names = [f[:-5] for f in os.listdir(cdir) if f.endswith(".args")]
     configs = {n: qc.read_args_file(os.path.join(cdir, n + ".args")) for n in names}
     base = qc.assign_baselines(configs)

@@ -4,7 +4,9 @@ from pathlib import Path
 
 import torch
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+from fairseq_ctx.paths import CONFIGS as _CONFIGS
+
+CONFIGS = Path(_CONFIGS)
 
 # argparse keeps the last value of a repeated option: these shrink any config to test size
 TINY_DIMS = [
@@ -24,7 +26,7 @@ def test_cli_train_generate_interactive_resume(cli_roundtrip):
 
 
 def test_paper_config_nag_trains_from_cli(cli_roundtrip, tmp_path):
-    """configs/iida2019/lstm_multihop.args (NAG, lr 0.005, clip 25, ...) at tiny dims."""
+    """fairseq_ctx/configs/iida2019/lstm_multihop.args (NAG, lr 0.005, clip 25, ...) at tiny dims."""
     args = read_args(CONFIGS / "iida2019" / "lstm_multihop.args")
     assert args[args.index("--optimizer") + 1] == "nag" and args[args.index("--lr") + 1] == "0.005"
     cli_roundtrip([*args, *TINY_DIMS, "--max-tokens", "400", "--update-freq", "1"], beam=2)

@@ -1,4 +1,4 @@
-"""Seed-level statistics and learning curves of scripts/quality_compare.py.
+"""Seed-level statistics and learning curves of fairseq_ctx/quality_compare.py.
 
 * ``seed_difference`` against values computed here from the formulas (closed-form t
   distribution for df = 2, a numerically integrated t density for df = 5, the exact
@@ -12,7 +12,6 @@
 * one real tiny run (fairseq-train + fairseq-generate on the tiny Tatoeba slice) whose
   curve point falls on an epoch's end.
 """
-import importlib.util
 import itertools
 import json
 import math
@@ -23,20 +22,15 @@ import types
 
 import pytest
 
+from fairseq_ctx import quality_compare
 from fairseq_ctx.analysis.learning_curves import (
     checkpoint_at, checkpoints_by_update, parse_valid_log, plot_learning_curves)
 from fairseq_ctx.analysis.seed_statistics import curve_summary, seed_difference, wilcoxon_seeds_needed
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 @pytest.fixture(scope="module")
 def qc():
-    spec = importlib.util.spec_from_file_location("quality_compare_stats",
-                                                  os.path.join(ROOT, "scripts", "quality_compare.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return quality_compare
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import torch
 import fairseq_ctx.models  # noqa: F401  (registers transformer_sentential with fairseq)
 from fairseq.sequence_generator import SequenceGenerator
 from fairseq_ctx.models.transformer_sentential import SententialDecoderLayer
+from fairseq_ctx.paths import CONFIGS
 from tests.model_checks import (
     assert_finite_low_precision,
     assert_incremental_matches_full,
@@ -21,7 +22,6 @@ from tests.model_checks import (
     random_batch,
 )
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = [
     "--encoder-embed-dim", "8", "--encoder-ffn-embed-dim", "12", "--encoder-layers", "3",
     "--encoder-attention-heads", "2", "--decoder-embed-dim", "8", "--decoder-ffn-embed-dim", "12",
@@ -67,7 +67,7 @@ def test_parameter_delta_over_base_matches_table1(base_params, global_type, deep
 
 
 def test_medium_baseline_config_adds_25_2m_over_base(base_params):  # Table 1 row 2
-    with open(os.path.join(ROOT, "configs", "wang2019", "transformer_medium.args")) as handle:
+    with open(os.path.join(CONFIGS, "wang2019", "transformer_medium.args")) as handle:
         medium_args = shlex.split(handle.read())
     assert medium_args[:2] == ["--arch", "transformer"]  # a config of stock transformer
     delta = n_params(build_model(medium_args)[0]) - base_params

@@ -10,7 +10,7 @@
    (table + PNG).
 Writes OUT/result.json (+ hyp.detok.<tgt>, generate.out, length.md / length.png).
 
-Usage: python scripts/eval/evaluate.py --data BIN --save-dir CKPTS --average-last 5 \
+Usage: fairseq-ctx-evaluate --data BIN --save-dir CKPTS --average-last 5 \
            --src en --tgt de --ref raw/test.de --source raw/test.en --out-dir results/row5 \
            [--baseline-hyp results/row1/hyp.detok.de] [--length-buckets] [--strip-concat] \
            [--remove-bpe sentencepiece] [--beam 4 --lenpen 0.6] [-- extra fairseq-generate args]
@@ -24,8 +24,6 @@ from ..data.atomic import atomic_write
 from ..data.tokenize import detokenizer, tokenizer
 from ..evaluate import generate, parse_hypotheses, score
 from . import scoring
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def read_lines(path):

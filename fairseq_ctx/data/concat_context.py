@@ -14,8 +14,10 @@ last). The marker is found wherever it stands: after SentencePiece decoding
 no word-boundary symbol. A line without the marker is kept whole (the first sentence of
 a document, or a hypothesis in which the model produced no marker).
 
-Command-line tools: scripts/make_concat_context.py and scripts/strip_concat_context.py
-(thin wrappers around :func:`make_main` and :func:`strip_main`).
+Command-line tools: fairseq-ctx-make-concat-context and fairseq-ctx-strip-concat-context
+(:func:`make_main`, :func:`strip_main`; scripts/make_concat_context.py and
+scripts/strip_concat_context.py in a checkout), or ``python -m fairseq_ctx.data.concat_context
+make|strip ...`` (what the data-preparation scripts run).
 """
 import argparse
 import os
@@ -208,3 +210,10 @@ def strip_main(argv=None) -> int:
         else:
             write_atomically(path, lines)
     return 0
+
+
+if __name__ == "__main__":
+    _tools = {"make": make_main, "strip": strip_main}
+    if len(sys.argv) < 2 or sys.argv[1] not in _tools:
+        sys.exit("usage: python -m fairseq_ctx.data.concat_context make|strip [options] (--help)")
+    sys.exit(_tools[sys.argv[1]](sys.argv[2:]))

@@ -17,7 +17,7 @@ from typing import Dict, Iterable
 
 import torch
 
-from .train import CONFIGS, ROOT, model_args
+from .train import CONFIGS, USER_DIR, model_args
 
 VOCAB = {"yang2019": (42834, 42834), "wang2019": (42834, 42834), "iida2019": (33264, 32256), "cao": (42834, 42834)}
 
@@ -41,7 +41,7 @@ def parse_model_args(arch_args, with_options=False):
     import fairseq_ctx.models  # noqa: F401  (registers the architectures)
 
     parser = options.get_training_parser()
-    argv = ["unused-data", "--user-dir", os.path.join(ROOT, "fairseq_ctx"), "--task", "translation",
+    argv = ["unused-data", "--user-dir", USER_DIR, "--task", "translation",
             "--source-lang", "src", "--target-lang", "tgt", *arch_args]
     args = options.parse_args_and_arch(parser, argv)
     # the arch function fills the defaults only when the model is built: apply it now

@@ -30,6 +30,7 @@ import time
 from typing import Dict, List, Optional
 
 from ..data.atomic import atomic_write
+from ..paths import CHECKOUT, WORK_ROOT
 from . import train as train_mod
 from .train import CONFIGS, PAPER_SETTING, ROOT
 
@@ -273,6 +274,8 @@ def preflight(cells, options, param_counts=None) -> List[str]:
 
 
 def _git_commit():
+    if CHECKOUT is None:  # an installed copy: ROOT is site-packages, maybe inside someone else's repository
+        return None
     try:
         out = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
@@ -567,10 +570,10 @@ def main(table_key, argv=None):
             sys.exit("reproduce: --smoke trains on the CPU (--setting cpu)")
         options.setting = "cpu"
         options.cpu_max_tokens = options.cpu_max_tokens or SMOKE_MAX_TOKENS
-        options.results = options.results or os.path.join(ROOT, "work", "smoke")
+        options.results = options.results or os.path.join(WORK_ROOT, "work", "smoke")
         options.data_root = options.data_root or os.path.join(options.results, "data")
-    options.results = options.results or os.path.join(ROOT, "work", "experiments")
-    options.data_root = options.data_root or os.path.join(ROOT, "work")
+    options.results = options.results or os.path.join(WORK_ROOT, "work", "experiments")
+    options.data_root = options.data_root or os.path.join(WORK_ROOT, "work")
     try:
         train_mod.check_launch(options.launcher, options.nnodes, options.node_rank, options.master_addr)
     except train_mod.BatchError as error:

@@ -16,7 +16,7 @@ with ``--length-eval``, so ``bin/length-subsets.tsv`` and the gen-subsets ``lent
    sentences per document so 2-to-2 context exists), and a checksum manifest
    (``checksums.json``: the mini archives' own md5 sums and sentence counts), so they go
    through exactly the checks a real download goes through;
-2. the real script (scripts/data/prepare-wmt.sh / prepare-aspec.sh /
+2. the real script (fairseq_ctx/scripts/data/prepare-wmt.sh / prepare-aspec.sh /
    prepare-opensubtitles.sh with ``--local-dir ... --offline --checksums ...``) runs with
    only size options changed (BPE merges / SentencePiece vocabulary, ``--top``, the
    length-eval token budget).
@@ -55,9 +55,9 @@ from typing import Dict, List, Tuple
 from ..data import corpora, tatoeba
 from ..data.atomic import atomic_write
 from ..data.download import default_cache
+from ..paths import DATA_SCRIPTS as SCRIPTS  # shipped with the package: an installed copy runs its own
+from ..paths import script_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPTS = os.path.join(ROOT, "scripts", "data")
 VALID, TEST = 60, 101  # TEST deliberately not a multiple of 8 (fairseq's default batch multiple)
 TRAIN = 2400  # source sentences (groups) of training text; Tatoeba zh-en has a few more pairs
 
@@ -470,10 +470,9 @@ def prepare(name: str, data_root: str, workers: int = 1) -> str:
     corpus_dir, kind, _ = NAMES[name]
     info = build_inputs(corpus_dir, kind, os.path.join(data_root, "_smoke_inputs"))
     command = script_command(name, data_root)
-    env = dict(os.environ, PY=sys.executable, WORKERS=str(workers), FAIRSEQ_CTX_NO_MODELS="1",
-               PYTHONPATH=ROOT + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    env = script_env(dict(os.environ, PY=sys.executable, WORKERS=str(workers), FAIRSEQ_CTX_NO_MODELS="1"))
+    # every path is absolute: run where the data goes (an installed package's directory may be read-only)
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=data_root)
     if proc.returncode != 0:
         raise SmokeDataError(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     note = provenance(name, info, command, os.path.join(data_root, name))

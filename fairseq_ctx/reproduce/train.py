@@ -2,7 +2,8 @@
 
     python -m fairseq_ctx.reproduce.train CONFIG SETTING --data BIN --save-dir DIR [--dry-run] [-- extra]
 
-CONFIG is configs/<paper>/<row>.args; configs/<paper>/train.args (the paper's optimiser,
+CONFIG is a path or a shipped config by name (``<paper>/<row>.args``, from the package's
+fairseq_ctx/configs/); configs/<paper>/train.args (the paper's optimiser,
 schedule and training length) is read first, then the row, then the SETTING (hardware /
 batch), then extra arguments: later options override earlier ones (argparse), so a
 setting always decides --max-tokens / --update-freq / precision / world size.
@@ -33,9 +34,9 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIGS = os.path.join(ROOT, "configs")
-USER_DIR = os.path.join(ROOT, "fairseq_ctx")
+from ..paths import CONFIGS, config_path
+from ..paths import IMPORT_ROOT as ROOT  # noqa: F401  (runner: child processes run from there)
+from ..paths import PACKAGE_DIR as USER_DIR
 
 # name -> (GPUs, max tokens per GPU, update freq, precision)
 SETTINGS = {
@@ -232,7 +233,7 @@ def check_launch(launcher, nnodes, node_rank, master_addr):
 
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", help="configs/<paper>/<row>.args")
+    parser.add_argument("config", help="a path, or <paper>/<row>[.args] among the shipped configs (fairseq_ctx/configs)")
     parser.add_argument("setting", choices=[*SETTINGS, "modern", "cpu"])
     parser.add_argument("--data", required=True)
     parser.add_argument("--save-dir", required=True)
@@ -254,6 +255,9 @@ def split_extra(argv):
 def main(argv=None):
     argv, extra = split_extra(argv)
     args = build_parser().parse_args(argv)
+    args.config = config_path(args.config)
+    if not os.path.isfile(args.config):
+        sys.exit(f"train: config not found: {args.config} (a path, or <paper>/<row>.args among {CONFIGS})")
     try:
         check_launch(args.launcher, args.nnodes, args.node_rank, args.master_addr)
         hw = hardware(args.setting, paper_of(args.config), args.gpus, args.nnodes, args.max_tokens_per_gpu,

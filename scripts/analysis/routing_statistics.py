@@ -1,10 +1,14 @@
 #!/usr/bin/env python
-"""routing statistics of a trained model over a data set (table + PNG): see fairseq_ctx/analysis/model_statistics.py."""
-import os
+"""Routing statistics of a trained model over a data set (table + PNG): see
+fairseq_ctx/analysis/model_statistics.py (`fairseq-ctx-routing-statistics`)."""
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from fairseq_ctx.analysis.model_statistics import main  # noqa: E402
+try:
+    from fairseq_ctx.cli import routing_statistics
+except ModuleNotFoundError as error:  # run from a checkout, the package is importable only once installed
+    if error.name != "fairseq_ctx":
+        raise
+    sys.exit("fairseq_ctx is not importable: run `pip install -e .` in the checkout (or `make setup`)")
 
 if __name__ == "__main__":
-    main("routing")
+    sys.exit(routing_statistics())

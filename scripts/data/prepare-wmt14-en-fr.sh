@@ -1,3 +1,4 @@
 #!/usr/bin/env bash
-# wmt14-en-fr as in the papers (see prepare-wmt.sh --help for the options).
-exec bash "$(dirname "$0")/prepare-wmt.sh" --corpus wmt14-en-fr "$@"
+# The data-preparation scripts ship with the package (fairseq_ctx/scripts/data/prepare-wmt14-en-fr.sh;
+# installed: `fairseq-ctx-prepare-data wmt14-en-fr`). This checkout path runs it with the same options.
+exec bash "$(dirname "$0")/../../fairseq_ctx/scripts/data/prepare-wmt14-en-fr.sh" "$@"

@@ -1,3 +1,4 @@
 #!/usr/bin/env bash
-# wmt17-zh-en as in the papers (see prepare-wmt.sh --help for the options).
-exec bash "$(dirname "$0")/prepare-wmt.sh" --corpus wmt17-zh-en "$@"
+# The data-preparation scripts ship with the package (fairseq_ctx/scripts/data/prepare-wmt17-zh-en.sh;
+# installed: `fairseq-ctx-prepare-data wmt17-zh-en`). This checkout path runs it with the same options.
+exec bash "$(dirname "$0")/../../fairseq_ctx/scripts/data/prepare-wmt17-zh-en.sh" "$@"

@@ -1,10 +1,14 @@
 #!/usr/bin/env python
-"""Average the last N checkpoints: see fairseq_ctx/analysis/average.py."""
-import os
+"""Average the last N checkpoints: see fairseq_ctx/analysis/average.py
+(`fairseq-ctx-average-checkpoints`)."""
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from fairseq_ctx.analysis.average import main  # noqa: E402
+try:
+    from fairseq_ctx.cli import average_checkpoints
+except ModuleNotFoundError as error:  # run from a checkout, the package is importable only once installed
+    if error.name != "fairseq_ctx":
+        raise
+    sys.exit("fairseq_ctx is not importable: run `pip install -e .` in the checkout (or `make setup`)")
 
 if __name__ == "__main__":
-    main()
+    sys.exit(average_checkpoints())

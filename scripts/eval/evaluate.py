@@ -1,11 +1,14 @@
 #!/usr/bin/env python
 """Average last N checkpoints, generate (every sentence checked), sacreBLEU + tokenised BLEU,
-paired bootstrap, BLEU by length: see fairseq_ctx/analysis/evaluation.py."""
-import os
+paired bootstrap, BLEU by length: see fairseq_ctx/analysis/evaluation.py (`fairseq-ctx-evaluate`)."""
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from fairseq_ctx.analysis.evaluation import main  # noqa: E402
+try:
+    from fairseq_ctx.cli import evaluate
+except ModuleNotFoundError as error:  # run from a checkout, the package is importable only once installed
+    if error.name != "fairseq_ctx":
+        raise
+    sys.exit("fairseq_ctx is not importable: run `pip install -e .` in the checkout (or `make setup`)")
 
 if __name__ == "__main__":
-    main()
+    sys.exit(evaluate())

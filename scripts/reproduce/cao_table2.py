@@ -1,11 +1,15 @@
 #!/usr/bin/env python
 """Reproduce cao_table2: run (or print with --dry-run) every row's training and evaluation, then
-assemble the table in the paper's layout (see fairseq_ctx/reproduce/tables.py, --help)."""
-import os
+assemble the table in the paper's layout (see fairseq_ctx/reproduce/tables.py, --help).
+The same command as `fairseq-ctx-reproduce cao_table2`."""
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from fairseq_ctx.reproduce.tables import main  # noqa: E402
+try:
+    from fairseq_ctx.cli import reproduce
+except ModuleNotFoundError as error:  # run from a checkout, the package is importable only once installed
+    if error.name != "fairseq_ctx":
+        raise
+    sys.exit("fairseq_ctx is not importable: run `pip install -e .` in the checkout (or `make setup`)")
 
 if __name__ == "__main__":
-    main("cao_table2")
+    sys.exit(reproduce(["cao_table2", *sys.argv[1:]]))

@@ -1,0 +1,675 @@
+"""Real-data quality comparison: every config of configs/demo/*.args (shipped in
+fairseq_ctx/configs/) vs its stock baseline.
+
+Each config is trained with the demo's training settings (configs/demo/train.common),
+the SAME fixed update budget and each of the seeds (default 3), on the Tatoeba zh-en data
+prepared by `fairseq-ctx-prepare-data tatoeba`; every checkpoint translates the whole test set
+through fairseq_ctx.evaluate (``--required-batch-size-multiple 1``, every sentence
+checked, detokenised, sacreBLEU against the raw references). Reported per config: BLEU
+per seed, mean, sample standard deviation, min-max; per system vs its baseline: the mean
+difference, and sacreBLEU's paired bootstrap resampling test (``paired_bs``, 1000
+resamples, sacreBLEU's fixed seed 12345) both per seed (system seed s vs baseline seed
+s) and pooled (the seeds' test outputs concatenated, references repeated).
+
+Baselines: a config whose ``--arch`` is a stock fairseq arch (``transformer``, ``lstm``)
+is a baseline; another config is compared with the baseline of its family (arch name
+starting with ``lstm`` -> the lstm baseline, else the transformer one). Override with
+``--pair SYSTEM=BASELINE`` (config names without ``.args``).
+
+Seed-level statistics (fairseq_ctx/analysis/seed_statistics.py), beside the bootstraps:
+per system, the seed-paired mean BLEU difference with its 95 % t confidence interval, a
+paired t-test and an exact Wilcoxon signed-rank test over seeds (the bootstrap measures
+test-set sampling for fixed outputs; these measure what another training seed would do),
+and the numbers of seeds better / worse than the baseline.
+
+Learning curves (``--curve-updates 200,400,800``): the training also saves checkpoints
+every gcd(list) updates (``--save-interval-updates``, fairseq's checkpoint_E_U.pt) and
+validates there (``--disable-validation`` is dropped, ``--validate-interval-updates``),
+each listed update count is scored with the same evaluation as the final checkpoint (all
+test sentences), and the valid loss is read from each run's train.log. Reported: mean and
+min-max over seeds per update count (markdown, JSON ``curves``) and OUT_DIR/curves.png.
+The final update count is always the curve's last point (the final score).
+
+Finished runs and finished curve points (same settings) are not redone, so an
+interrupted comparison resumes; asking for new curve points of finished runs retrains
+them (same seed, same trajectory: saving and validating do not change training) and
+scores only the missing points.
+
+    fairseq-ctx-quality-compare --updates 2000 --seeds 1 2 3 \\
+        --out-dir work/quality --markdown work/quality/table.md
+
+Tiny smoke budget (minutes on 2 CPU cores): ``--updates 20 --configs '00-*' '01-*'``.
+"""
+import argparse
+import concurrent.futures
+import functools
+import glob
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
+
+STOCK_ARCHS = {"transformer": "transformer", "lstm": "lstm"}  # arch -> family
+
+
+def read_args_file(path):
+    with open(path) as f:
+        return shlex.split(f.read(), comments=True)
+
+
+def arch_of(args):
+    for i, a in enumerate(args):
+        if a in ("--arch", "-a") and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--arch="):
+            return a.split("=", 1)[1]
+    raise ValueError(f"no --arch in {args}")
+
+
+def family_of(arch):
+    return "lstm" if arch.startswith("lstm") else "transformer"
+
+
+def assign_baselines(configs, pairs=None):
+    """configs: {name: args}. Returns {name: baseline name or None (a baseline)}."""
+    base_of_family = {}
+    for name in sorted(configs):
+        arch = arch_of(configs[name])
+        if arch in STOCK_ARCHS:
+            base_of_family.setdefault(STOCK_ARCHS[arch], name)
+    out = {}
+    for name in configs:
+        arch = arch_of(configs[name])
+        if arch in STOCK_ARCHS and base_of_family.get(STOCK_ARCHS[arch]) == name:
+            out[name] = None
+        else:
+            out[name] = base_of_family.get(family_of(arch))
+    for text in pairs or []:
+        sys_name, base = text.split("=", 1)
+        if sys_name not in configs or base not in configs:
+            raise ValueError(f"--pair {text}: unknown config")
+        out[sys_name] = base
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Training and evaluation (real)
+# ---------------------------------------------------------------------------------------
+
+def curve_interval(curve_updates):
+    """--save-interval-updates that saves a checkpoint at every listed update count."""
+    return functools.reduce(math.gcd, [int(u) for u in curve_updates])
+
+
+def parse_curve_updates(text, updates):
+    """'200,400,800' -> sorted update counts below ``updates`` (the final one is always
+    on the curve: it is the final checkpoint)."""
+    if not text:
+        return []
+    points = sorted({int(x) for x in re.split(r"[,\s]+", str(text).strip()) if x})
+    bad = [u for u in points if u <= 0 or u > updates]
+    if bad:
+        raise ValueError(f"curve update counts {bad} are not within 1..{updates} (--updates)")
+    return [u for u in points if u < updates]
+
+
+# fairseq schedulers whose learning rate at an update depends on --max-update (cosine's
+# period, tri_stage's phases) or on the validation history (reduce_lr_on_plateau)
+MAX_UPDATE_SCHEDULES = ("cosine", "tri_stage", "reduce_lr_on_plateau")
+
+
+def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0,
+          curve_updates=(), restore_file=None):
+    """fairseq-train as scripts/demo.sh runs it. With ``curve_updates`` it also saves
+    (and keeps) a checkpoint and validates every gcd(curve_updates) updates; with
+    ``restore_file`` it starts from that checkpoint (fairseq resumes exactly: optimizer,
+    lr schedule, data order and per-update seeds are in the checkpoint). The log is
+    appended to (a resumed training adds to the log of its first part)."""
+    extra = []
+    if curve_updates:
+        common = [c for c in common if c != "--disable-validation"]
+        arch_args = [c for c in arch_args if c != "--disable-validation"]
+        g = curve_interval(curve_updates)
+        extra += ["--save-interval-updates", str(g), "--keep-interval-updates", "-1",
+                  "--validate-interval-updates", str(g)]
+    if restore_file:
+        extra += ["--restore-file", os.path.abspath(restore_file)]
+    cmd = [sys.executable, "-m", "fairseq_cli.train", data_bin, "--user-dir",
+           PACKAGE_DIR, *common, *arch_args,
+           "--max-update", str(updates), "--seed", str(seed), "--save-dir", save_dir, *extra]
+    env = dict(os.environ)
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    t0 = time.time()
+    with open(log_path, "a") as log:
+        log.write(" ".join(shlex.quote(c) for c in cmd) + "\n")
+        log.flush()
+        p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    if p.returncode != 0:
+        with open(log_path) as f:
+            tail = f.read()[-3000:]
+        raise RuntimeError(f"training failed (rc {p.returncode}), log {log_path}:\n{tail}")
+    return time.time() - t0
+
+
+def evaluate(data_bin, ckpt, ref, beam, out_dir, src="zh", tgt="en", gen_args=()):
+    from fairseq_ctx.evaluate import evaluate as lead_evaluate
+
+    res = lead_evaluate(data_bin, ckpt, src, tgt, ref, beam=beam, out_dir=out_dir,
+                        extra_args=list(gen_args))
+    with open(os.path.join(out_dir, f"hyp.detok.{tgt}"), encoding="utf-8") as f:
+        hyps = [line.rstrip("\n") for line in f]
+    return res, hyps
+
+
+# ---------------------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------------------
+
+def summarize(bleus):
+    xs = list(bleus)
+    return {
+        "bleu": xs,
+        "mean": statistics.mean(xs) if xs else float("nan"),
+        "std": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+        "min": min(xs) if xs else float("nan"),
+        "max": max(xs) if xs else float("nan"),
+    }
+
+
+def paired_bs(base_hyps, sys_hyps, refs, tgt="en", n_samples=1000):
+    """sacreBLEU's paired bootstrap resampling (the API behind ``--paired-bs``)."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    from fairseq_ctx.evaluate import sacrebleu_tokenizer
+
+    assert len(base_hyps) == len(sys_hyps) == len(refs)
+    metric = BLEU(tokenize=sacrebleu_tokenizer(tgt))
+    test = PairedTest([("baseline", base_hyps), ("system", sys_hyps)], {"BLEU": metric},
+                      references=[refs], test_type="bs", n_samples=n_samples)
+    sigs, scores = test()
+    b, s = scores["BLEU"][0], scores["BLEU"][1]
+    return {"baseline_bleu": b.score, "system_bleu": s.score, "p_value": s.p_value,
+            "system_mean": s.mean, "system_ci": s.ci, "baseline_mean": b.mean,
+            "baseline_ci": b.ci, "signature": str(sigs["BLEU"])}
+
+
+def compare(results, baselines, refs, tgt="en", n_samples=1000, alpha=0.05):
+    """results: {config: {seed: {"bleu": x, "hyps": [...]}}} -> per-system comparisons."""
+    from fairseq_ctx.analysis.seed_statistics import seed_difference
+
+    out = {}
+    for name, base in baselines.items():
+        if base is None or name not in results or base not in results:
+            continue
+        seeds = sorted(set(results[name]) & set(results[base]))
+        per_seed = {}
+        for s in seeds:
+            per_seed[s] = paired_bs(results[base][s]["hyps"], results[name][s]["hyps"], refs,
+                                    tgt, n_samples)
+        pooled = None
+        if len(seeds) > 1:
+            pooled = paired_bs(sum((results[base][s]["hyps"] for s in seeds), []),
+                               sum((results[name][s]["hyps"] for s in seeds), []),
+                               refs * len(seeds), tgt, n_samples)
+        diffs = [results[name][s]["bleu"] - results[base][s]["bleu"] for s in seeds]
+        out[name] = {
+            "baseline": base, "seeds": seeds,
+            "mean_diff": statistics.mean(diffs) if diffs else float("nan"),
+            "diffs": diffs,
+            # seeds as the unit: mean difference, 95 % t CI, paired t and exact Wilcoxon
+            "seed_level": seed_difference({s: results[name][s]["bleu"] for s in seeds},
+                                          {s: results[base][s]["bleu"] for s in seeds}, alpha),
+            "per_seed": per_seed, "pooled": pooled,
+            "significant_better": sum(1 for s in seeds if per_seed[s]["p_value"] < alpha
+                                      and per_seed[s]["system_bleu"] > per_seed[s]["baseline_bleu"]),
+            "significant_worse": sum(1 for s in seeds if per_seed[s]["p_value"] < alpha
+                                     and per_seed[s]["system_bleu"] < per_seed[s]["baseline_bleu"]),
+        }
+    return out
+
+
+def _f(x, nd=2):
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def _ci(st, nd=2):
+    if st.get("ci_low") is None:
+        return _f(st.get("mean_diff"), nd)
+    return f"{st['mean_diff']:+.{nd}f} [{st['ci_low']:+.{nd}f}, {st['ci_high']:+.{nd}f}]"
+
+
+def _p_wilcoxon(st):
+    if st.get("p_wilcoxon") is None:
+        return "-"
+    return _f(st["p_wilcoxon"], 3) + ("" if st.get("wilcoxon_can_reach_alpha") else " †")
+
+
+def markdown(summary, comparisons, baselines, meta, curves=None, curve_comparisons=None,
+             curve_png=None):
+    lines = [
+        f"# Quality on real data (Tatoeba zh-en, {meta['updates']} updates, seeds "
+        f"{', '.join(map(str, meta['seeds']))})",
+        "",
+        f"- date: {meta['date']}; data: `{meta['data']}` ({meta['test_sentences']} test sentences); "
+        f"beam {meta['beam']}; training settings: `{meta['common']}`",
+        "- BLEU: sacreBLEU on detokenised output vs raw references (see signature in the JSON).",
+        "- Seed level (the unit is the training run): Δ = mean over seeds of (system BLEU - "
+        "baseline BLEU), paired by seed, with its 95 % t-distribution confidence interval; "
+        "p t: paired t-test; p W: exact two-sided Wilcoxon signed-rank test; seeds + / -: "
+        "seeds where the system scored higher / lower.",
+        "- p bootstrap: sacreBLEU paired bootstrap (1000 resamples) vs the baseline; per seed, and "
+        "pooled over the seeds' concatenated outputs. It tests test-set sampling for fixed "
+        "outputs, not seed-to-seed variance.",
+        "",
+        "| config | baseline | BLEU per seed | mean | std | Δ mean vs baseline [95% CI] | p t | p W "
+        "| seeds + / - | p bootstrap per seed | p pooled | sig. better / worse (bootstrap p<0.05) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    small_n = set()
+    for name in sorted(summary):
+        s = summary[name]
+        c = comparisons.get(name)
+        st = (c or {}).get("seed_level") or {}
+        if c and st.get("p_wilcoxon") is not None and not st.get("wilcoxon_can_reach_alpha"):
+            small_n.add((st["wilcoxon_n"], st["wilcoxon_min_p"]))
+        lines.append("| " + " | ".join([
+            name, baselines.get(name) or "(baseline)",
+            " / ".join(_f(b) for b in s["bleu"]), _f(s["mean"]), _f(s["std"]),
+            (_ci(st) if st else _f(c["mean_diff"])) if c else "",
+            _f(st.get("p_t"), 3) if c else "",
+            _p_wilcoxon(st) if c else "",
+            f"{st['better']} / {st['worse']}" if c and st else "",
+            " / ".join(_f(c["per_seed"][k]["p_value"], 3) for k in c["seeds"]) if c else "",
+            _f(c["pooled"]["p_value"], 3) if c and c["pooled"] else "",
+            f"{c['significant_better']} / {c['significant_worse']}" if c else "",
+        ]) + " |")
+    for n, min_p in sorted(small_n):
+        lines.append("")
+        lines.append(f"† {n} non-zero seed difference{'s' if n != 1 else ''}: the exact Wilcoxon test "
+                     f"cannot give a two-sided p below {min_p:.3g}, so it cannot reach p < 0.05 "
+                     "(that needs at least 6 seeds); read it as 'no evidence either way'.")
+    if curves:
+        lines += curve_markdown(curves, curve_comparisons or {}, baselines, meta, curve_png)
+    return "\n".join(lines) + "\n"
+
+
+def _cell(curve, u, nd=2):
+    if not curve or u not in curve["updates"]:
+        return ""
+    i = curve["updates"].index(u)
+    return f"{curve['mean'][i]:.{nd}f} ({curve['min'][i]:.{nd}f}-{curve['max'][i]:.{nd}f})"
+
+
+def curve_markdown(curves, curve_comparisons, baselines, meta, curve_png=None):
+    bleu_updates = sorted({u for c in curves.values() for u in (c.get("bleu") or {}).get("updates", [])})
+    valid_updates = sorted({u for c in curves.values() for u in (c.get("valid_loss") or {}).get("updates", [])})
+    lines = ["", "## Learning curves", "",
+             f"Mean over seeds (min-max) at each update count. BLEU: the same evaluation as the "
+             f"final score (all {meta['test_sentences']} test sentences, beam {meta['beam']}); "
+             "valid loss: fairseq's label-smoothed loss on the valid subset (base 2), read from "
+             "each run's train.log. Δ rows: seed-paired mean difference system - baseline "
+             "[95% t CI]." + (f" Plot: `{curve_png}`." if curve_png else "")
+             + (f" Training for the curve: {meta['curve_training']}." if meta.get("curve_training") else "")]
+    for metric, title, ups, nd in (("bleu", "BLEU", bleu_updates, 2),
+                                   ("valid_loss", "Valid loss", valid_updates, 3)):
+        if metric == "valid_loss" and len(bleu_updates) > 1:
+            # the JSON and the plot have every validation; the table the BLEU points
+            ups = [u for u in ups if u in bleu_updates] or ups
+        if not ups:
+            continue
+        lines += ["", f"### {title}", "",
+                  "| config | baseline | " + " | ".join(str(u) for u in ups) + " |",
+                  "|---|---|" + "---|" * len(ups)]
+        for name in sorted(curves):
+            cur = curves[name].get(metric)
+            if not cur or not cur.get("updates"):
+                continue
+            lines.append(f"| {name} | {baselines.get(name) or '(baseline)'} | "
+                         + " | ".join(_cell(cur, u, nd) for u in ups) + " |")
+            diff = (curve_comparisons.get(name) or {}).get(metric)
+            if diff:
+                lines.append(f"| Δ {name} | {baselines.get(name)} | "
+                             + " | ".join(_ci(diff[u], nd) if u in diff else "" for u in ups) + " |")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------
+
+def _write_json(path, obj):
+    """A result counts as done only when complete: written aside, then renamed."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".partial", "w") as f:
+        json.dump(obj, f)
+    os.replace(path + ".partial", path)
+
+
+def _read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _point_path(run_dir, u):
+    return os.path.join(run_dir, "curve", f"upd{u}", "result.json")
+
+
+def _checkpoints_by_update(save_dir):
+    from fairseq_ctx.analysis.learning_curves import checkpoints_by_update
+
+    return checkpoints_by_update(save_dir)
+
+
+def _done_points(run_dir, settings):
+    """Curve points of this run already scored with these settings: {updates: record}."""
+    out = {}
+    for path in glob.glob(os.path.join(run_dir, "curve", "upd*", "result.json")):
+        rec = _read_json(path)
+        if rec and rec.get("settings") == settings:
+            out[int(rec["updates"])] = rec
+    return out
+
+
+def _with_curves(rec, points, run_dir, updates):
+    """The run's record for the report: final result + BLEU and valid loss by update count."""
+    from fairseq_ctx.analysis.learning_curves import parse_valid_log_file
+
+    rec = dict(rec)
+    rec["curve"] = {u: {"bleu": p["bleu"], "checkpoint": p.get("checkpoint"),
+                        "eval_seconds": p.get("eval_seconds")} for u, p in sorted(points.items())}
+    rec["curve"][updates] = {"bleu": rec["bleu"], "checkpoint": "checkpoint_last.pt",
+                             "eval_seconds": rec.get("eval_seconds")}
+    rec["valid"] = {u: v for u, v in parse_valid_log_file(os.path.join(run_dir, "train.log")).items()
+                    if u <= updates}
+    return rec
+
+
+def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam=5,
+        threads=0, gen_args=(), train_fn=train, eval_fn=evaluate, log=print, jobs=1,
+        curve_updates=(), keep_checkpoints=False):
+    """Train + evaluate every (config, seed) not done already; returns results.
+
+    Runs go seed by seed (every config's seed 1 before any seed 2), ``jobs`` at a time,
+    so an interrupted comparison already holds whole seeds of every config.
+
+    ``curve_updates``: update counts below ``updates`` to score as well (learning curve);
+    each finished point is kept in RUN/curve/updU/result.json and never recomputed.
+    Checkpoints stay in RUN/checkpoints until every asked-for score of the run is written
+    (so a run interrupted while scoring resumes without retraining), then are deleted
+    unless ``keep_checkpoints``. Each result is
+    {"bleu", "hyps", ..., "curve": {updates: {"bleu", ...}}, "valid": {updates: {"loss", ...}}}.
+    """
+    curve_updates = sorted({int(u) for u in curve_updates if int(u) < updates})
+    settings_common = f"updates={updates} beam={beam} common={' '.join(common)} gen={' '.join(gen_args)}"
+    results = {name: {} for name in configs}
+    todo = []
+    for seed in seeds:
+        for name in sorted(configs):
+            run_dir = os.path.join(out_dir, "runs", name, f"seed{seed}")
+            settings = f"{settings_common} args={' '.join(configs[name])} seed={seed}"
+            prev = _read_json(os.path.join(run_dir, "result.json"))
+            final = prev if prev and prev.get("settings") == settings else None
+            points = _done_points(run_dir, settings)
+            missing = [u for u in curve_updates if u not in points]
+            if final is not None and not missing:
+                results[name][seed] = _with_curves(final, points, run_dir, updates)
+                log(f"[quality] {name} seed {seed}: done already (BLEU {final['bleu']})")
+                continue
+            todo.append((name, seed, run_dir, settings, final, points, missing))
+
+    def one_run(name, seed, run_dir, settings, final, points, missing):
+        os.makedirs(run_dir, exist_ok=True)
+        ckpt_dir = os.path.join(run_dir, "checkpoints")
+        last = os.path.join(ckpt_dir, "checkpoint_last.pt")
+        log_path = os.path.join(run_dir, "train.log")
+        trained = _read_json(os.path.join(ckpt_dir, "trained.json"))
+        if (trained and trained.get("settings") == settings and os.path.exists(last)
+                and set(missing) <= set(trained.get("curve_updates", []))):
+            train_s = trained.get("train_seconds", 0.0)
+            log(f"[quality] {name} seed {seed}: trained already, scoring its checkpoints")
+        else:
+            key = {"settings": settings, "curve_updates": missing}
+            if _read_json(os.path.join(ckpt_dir, "started.json")) == key:
+                # an interrupted training of exactly this: fairseq resumes from checkpoint_last.pt
+                log(f"[quality] {name} seed {seed}: resuming the interrupted training")
+            else:
+                # never let fairseq resume from a checkpoint of other settings
+                shutil.rmtree(ckpt_dir, ignore_errors=True)
+                if os.path.exists(log_path):
+                    os.remove(log_path)
+                _write_json(os.path.join(ckpt_dir, "started.json"), key)
+            log(f"[quality] {name} seed {seed}: training {updates} updates"
+                + (f", checkpoints at {', '.join(map(str, missing))}" if missing else "")
+                + f" ({time.strftime('%H:%M:%S')})")
+            kwargs = {"curve_updates": missing} if missing else {}
+            train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
+                               threads, **kwargs)
+            _write_json(os.path.join(ckpt_dir, "trained.json"),
+                        {"settings": settings, "curve_updates": missing, "train_seconds": round(train_s, 1)})
+        if final is None:
+            t0 = time.time()
+            res, hyps = eval_fn(data_bin, last, ref, beam, os.path.join(run_dir, "eval"), gen_args=gen_args)
+            final = {"settings": settings, "bleu": res["bleu"], "signature": res.get("signature"),
+                     "sentences": res.get("sentences"), "train_seconds": round(train_s, 1),
+                     "eval_seconds": round(time.time() - t0, 1), "hyps": hyps}
+            _write_json(os.path.join(run_dir, "result.json"), final)
+            log(f"[quality] {name} seed {seed}: BLEU {res['bleu']} "
+                f"(train {train_s:.0f}s, eval {final['eval_seconds']:.0f}s)")
+        for u in missing:
+            ckpt = _checkpoints_by_update(ckpt_dir).get(u)
+            side = None
+            if ckpt is None:
+                ckpt, side = recover_checkpoint(name, seed, u, ckpt_dir, run_dir)
+            t0 = time.time()
+            point_dir = os.path.dirname(_point_path(run_dir, u))
+            res, hyps = eval_fn(data_bin, ckpt, ref, beam, os.path.join(point_dir, "eval"), gen_args=gen_args)
+            points[u] = {"settings": settings, "updates": u, "bleu": res["bleu"],
+                         "signature": res.get("signature"), "sentences": res.get("sentences"),
+                         "checkpoint": os.path.relpath(ckpt, ckpt_dir),
+                         "eval_seconds": round(time.time() - t0, 1), "hyps": hyps}
+            _write_json(_point_path(run_dir, u), points[u])
+            if side and not keep_checkpoints:
+                shutil.rmtree(side, ignore_errors=True)
+            log(f"[quality] {name} seed {seed}: BLEU {res['bleu']} at {u} updates")
+        if not keep_checkpoints:  # checkpoints are large and not needed once scored
+            shutil.rmtree(ckpt_dir, ignore_errors=True)
+        return name, seed, _with_curves(final, points, run_dir, updates)
+
+    def recover_checkpoint(name, seed, u, ckpt_dir, run_dir):
+        """fairseq names a save that ends an epoch checkpointE.pt (which --no-epoch-checkpoints
+        suppresses), not checkpoint_E_U.pt: when a curve point falls on an epoch's end,
+        train again to exactly U from the latest earlier checkpoint (bit-exact, fairseq
+        resumes deterministically) in a side directory."""
+        words = [*common, *configs[name]]
+        scheduler = words[len(words) - 1 - words[::-1].index("--lr-scheduler") + 1] \
+            if "--lr-scheduler" in words else "fixed"
+        if scheduler in MAX_UPDATE_SCHEDULES:
+            # training to U with --max-update U would follow another learning-rate curve
+            raise RuntimeError(f"{name} seed {seed}: no checkpoint at {u} updates (an epoch ended there) and "
+                               f"--lr-scheduler {scheduler} depends on --max-update, so it cannot be recovered "
+                               "exactly; choose --curve-updates that do not fall on an epoch's end")
+        earlier = {v: p for v, p in _checkpoints_by_update(ckpt_dir).items() if v < u}
+        start = earlier[max(earlier)] if earlier else None
+        side = os.path.join(ckpt_dir, f"to{u}")
+        shutil.rmtree(side, ignore_errors=True)
+        log(f"[quality] {name} seed {seed}: no checkpoint_E_{u}.pt ({u} updates ended an epoch); "
+            f"training to {u} from {os.path.basename(start) if start else 'scratch'}")
+        kwargs = {"restore_file": start} if start else {}
+        train_fn(data_bin, common, configs[name], u, seed, side,
+                 os.path.join(run_dir, f"train.to{u}.log"), threads, **kwargs)
+        return os.path.join(side, "checkpoint_last.pt"), side
+
+    # each run is a training and a generation subprocess: threads here only wait on them
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(one_run, *job) for job in todo]
+        try:
+            for future in futures:
+                name, seed, rec = future.result()
+                results[name][seed] = rec
+        except BaseException:
+            for future in futures:  # runs not started yet are dropped, running ones finish
+                future.cancel()
+            raise
+    return results
+
+
+def learning_curves(results, baselines, seeds):
+    """Per config: BLEU and valid loss curves over seeds; per system: seed-paired
+    differences at each update count. Returns (curves, curve_comparisons)."""
+    from fairseq_ctx.analysis.seed_statistics import curve_summary, seed_difference
+
+    curves = {}
+    for name, runs in results.items():
+        have = [s for s in seeds if s in runs]
+        if not have:
+            continue
+        curves[name] = {
+            "bleu": curve_summary({s: {u: p["bleu"] for u, p in runs[s].get("curve", {}).items()} for s in have}),
+            "valid_loss": curve_summary({s: {u: v["loss"] for u, v in runs[s].get("valid", {}).items()}
+                                         for s in have}),
+        }
+    comparisons = {}
+    for name, base in baselines.items():
+        if not base or name not in curves or base not in curves:
+            continue
+        comparisons[name] = {"baseline": base}
+        for metric, key in (("bleu", "curve"), ("valid_loss", "valid")):
+            ups = sorted(set(curves[name][metric]["updates"]) & set(curves[base][metric]["updates"]))
+            field = "bleu" if metric == "bleu" else "loss"
+            comparisons[name][metric] = {
+                u: seed_difference({s: r[key][u][field] for s, r in results[name].items() if s in seeds},
+                                   {s: r[key][u][field] for s, r in results[base].items() if s in seeds},
+                                   higher_is_better=metric == "bleu")
+                for u in ups}
+    return curves, comparisons
+
+
+def main(argv=None, train_fn=train, eval_fn=evaluate):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", default="work/demo/data",
+                   help="prepared Tatoeba dir (bin/ + raw/test.TGT); prepared with "
+                        "fairseq-ctx-prepare-data tatoeba (scripts/prepare-tatoeba.sh) if missing")
+    p.add_argument("--prep-args", default="", help="extra prepare-tatoeba.sh options (fairseq-ctx-prepare-data tatoeba --help)")
+    p.add_argument("--configs", nargs="+", default=["*"],
+                   help="globs over configs/demo/*.args names (default: all)")
+    p.add_argument("--config-dir", default=os.path.join(CONFIGS, "demo"))
+    p.add_argument("--common", default=None, help="training settings file (default CONFIG_DIR/train.common)")
+    p.add_argument("--pair", action="append", default=[], metavar="SYSTEM=BASELINE")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--updates", type=int, default=2000, help="fixed update budget per run")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--threads", type=int, default=0,
+                   help="OMP/MKL threads of each training and generation run")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs at a time (e.g. 2 jobs x 1 thread on 2 cores)")
+    p.add_argument("--n-samples", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument("--curve-updates", default="", metavar="U1,U2,...",
+                   help="learning curve: also score the checkpoints at these update counts "
+                        "(saved every gcd(list) updates; validation on at the same interval); "
+                        "the final --updates is always the last point")
+    p.add_argument("--curve-png", default=None, help="learning-curve plot (default OUT_DIR/curves.png)")
+    p.add_argument("--keep-checkpoints", action="store_true",
+                   help="keep each run's checkpoints after scoring (default: deleted)")
+    p.add_argument("--out-dir", default="work/quality")
+    p.add_argument("--json", default=None, help="default OUT_DIR/quality.json")
+    p.add_argument("--markdown", default=None, help="default OUT_DIR/quality.md")
+    p.add_argument("--src", default="zh")
+    p.add_argument("--tgt", default="en")
+    p.add_argument("gen_args", nargs="*", help="extra fairseq-generate arguments (after --)")
+    a = p.parse_args(argv)
+    try:
+        curve_updates = parse_curve_updates(a.curve_updates, a.updates)
+    except ValueError as error:
+        p.error(f"--curve-updates: {error}")
+
+    names = set()
+    for g in a.configs:
+        for path in glob.glob(os.path.join(a.config_dir, g + ".args")):
+            names.add(os.path.basename(path)[: -len(".args")])
+    if not names:
+        p.error(f"no config matches {a.configs} in {a.config_dir}")
+    configs = {n: read_args_file(os.path.join(a.config_dir, n + ".args")) for n in sorted(names)}
+    baselines = assign_baselines(configs, a.pair)
+    missing = {b for b in baselines.values() if b and b not in configs}
+    if missing:
+        p.error(f"baselines {missing} are not among the selected configs")
+    for n, b in baselines.items():
+        if b is None and arch_of(configs[n]) not in STOCK_ARCHS:
+            print(f"[quality] warning: {n} has no baseline among the selected configs", file=sys.stderr)
+    common = read_args_file(a.common or os.path.join(a.config_dir, "train.common"))
+
+    data_bin = os.path.join(a.data_dir, "bin")
+    ref = os.path.join(a.data_dir, "raw", f"test.{a.tgt}")
+    if not (os.path.isdir(data_bin) and os.path.exists(ref)):
+        cmd = ["bash", TATOEBA_SCRIPT, "--pair",
+               f"{a.src}-{a.tgt}", "--out", a.data_dir, *shlex.split(a.prep_args)]
+        print("[quality] preparing data: " + " ".join(cmd), file=sys.stderr)
+        subprocess.run(cmd, check=True, env=script_env())
+    with open(ref, encoding="utf-8") as f:
+        refs = [line.rstrip("\n") for line in f]
+
+    if curve_updates:
+        g = curve_interval(curve_updates)
+        print(f"[quality] learning curve at {', '.join(map(str, curve_updates + [a.updates]))} updates: "
+              f"checkpoints and validation every {g} updates (up to {a.updates // g} checkpoints "
+              "per run until it is scored)", file=sys.stderr)
+    if a.threads:  # training and fairseq-generate subprocesses inherit it
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(a.threads)
+    os.makedirs(a.out_dir, exist_ok=True)
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    results = run(configs, baselines, a.seeds, a.updates, common, data_bin, ref, a.out_dir,
+                  a.beam, a.threads, a.gen_args, train_fn=train_fn, eval_fn=eval_fn, log=log,
+                  jobs=a.jobs, curve_updates=curve_updates, keep_checkpoints=a.keep_checkpoints)
+    summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
+    comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
+    curves, curve_comparisons = learning_curves(results, baselines, a.seeds)
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "updates": a.updates, "seeds": a.seeds,
+            "beam": a.beam, "data": a.data_dir, "test_sentences": len(refs),
+            "common": " ".join(common), "curve_updates": curve_updates + [a.updates],
+            "curve_training": (f"as common, without --disable-validation, plus --save-interval-updates "
+                               f"{curve_interval(curve_updates)} --keep-interval-updates -1 "
+                               f"--validate-interval-updates {curve_interval(curve_updates)}")
+            if curve_updates else None,
+            "command": " ".join(shlex.quote(x) for x in sys.argv)}
+    # a plot only when there is a curve: intermediate BLEU points or logged validations
+    has_curve = any(len(c["bleu"]["updates"]) > 1 or c["valid_loss"]["updates"] for c in curves.values())
+    png = None
+    if has_curve:
+        from fairseq_ctx.analysis.learning_curves import plot_learning_curves
+
+        png = a.curve_png or os.path.join(a.out_dir, "curves.png")
+        pairs = [(n, b) for n, b in sorted(baselines.items()) if b] or [(n, None) for n in sorted(configs)]
+        plot_learning_curves(curves, pairs, png, title=f"mean over seeds {', '.join(map(str, a.seeds))}, "
+                                                        "band: min-max")
+    md_path = a.markdown or os.path.join(a.out_dir, "quality.md")
+    png_in_md = os.path.relpath(png, os.path.dirname(os.path.abspath(md_path))) if png else None
+    md = markdown(summary, comparisons, baselines, meta, curves if has_curve else None,
+                  curve_comparisons, png_in_md)
+    print(md)
+    out = {"meta": meta, "configs": {n: " ".join(v) for n, v in configs.items()},
+           "baselines": baselines, "summary": summary, "comparisons": comparisons,
+           "curves": curves, "curve_comparisons": curve_comparisons, "curve_png": png,
+           "runs": {n: {str(s): {k: v for k, v in r.items() if k != "hyps"}
+                        for s, r in results[n].items()} for n in results}}
+    with open(a.json or os.path.join(a.out_dir, "quality.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    with open(md_path, "w") as f:
+        f.write(md)
+    return out
+
+
+if __name__ == "__main__":
+    main()
