@@ -3,7 +3,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-"$PY" -m pytest tests -q -p no:cacheprovider "$@"
+"$PY" -m pytest tests -q -p no:cacheprovider --durations=25 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
     echo "run-tests: pytest collected no tests: failing" >&2
