@@ -129,8 +129,9 @@ MUTATIONS = {
             (
                 '(2) the routed term skipped in encoder layer 2',
                 [
-                    (CROSS_AGG, '        return wrap_layer(CrossAggEncoderLayer(cfg, return_fc=self.return_fc), cfg)',
-                     "        layer = CrossAggEncoderLayer(cfg, return_fc=self.return_fc)\n        CrossAggEncoderLayer._built = getattr(CrossAggEncoderLayer, '_built', 0) + 1\n        layer.self_attn.skip_routing = CrossAggEncoderLayer._built % 2 == 0\n        return wrap_layer(layer, cfg)"),
+                    (CROSS_AGG, '        layer = CrossAggEncoderLayer(cfg, return_fc=self.return_fc, name=next_layer_name(self, "encoder"))\n',
+                     '        layer = CrossAggEncoderLayer(cfg, return_fc=self.return_fc, name=next_layer_name(self, "encoder"))\n'
+                     '        layer.self_attn.skip_routing = self._layers_named == 2  # the second layer built\n'),
                     (CROSS_AGG, '        logits = logits + routed.view_as(logits).to(logits.dtype)  # Eq. 9: E^ = E + Omega^v + Omega^h',
                      "        if not getattr(self, 'skip_routing', False):\n            logits = logits + routed.view_as(logits).to(logits.dtype)"),
                 ],
@@ -201,8 +202,9 @@ def run(family):
                 with open(full, "w") as handle:
                     handle.write(text.replace(old, new))
             proc = subprocess.run(
-                [sys.executable, "-m", "pytest", test, "-q", "-p", "no:warnings", "-p", "no:cacheprovider"],
-                cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                [sys.executable, "-m", "pytest", test, "-q", "-rfE", "-p", "no:warnings", "-p", "no:cacheprovider"],
+                # wide enough that every summary line keeps its reason (AssertionError or the crash)
+                cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1", COLUMNS="1000"),
             )
         finally:
             for full, text in originals.items():
