@@ -6,6 +6,9 @@ export PY
 
 .PHONY: setup demo test rehearsal wheelhouse clean-demo
 
+# keeps a torch already in the venv (CPU or CUDA) and rebuilds fairseq when that torch
+# changes; knobs (TORCH_SPEC, TORCH_INDEX_URL, FORCE_TORCH, SKIP_TORCH, WHEELHOUSE,
+# CONSTRAINTS): see scripts/setup-env.sh and README "Installing"
 setup:
 	bash scripts/setup-env.sh
 
@@ -20,7 +23,8 @@ rehearsal: setup
 	$(PY) -m fairseq_ctx.reproduce.rehearsal
 
 # Download every wheel/sdist needed for an offline install into ./wheelhouse
-# (then on the offline machine: WHEELHOUSE=wheelhouse make setup).
+# (then on the offline machine: WHEELHOUSE=wheelhouse make setup). GPU / cluster:
+# TORCH_SPEC + TORCH_INDEX_URL for a CUDA torch, or SKIP_TORCH=1 when the cluster has one.
 wheelhouse:
 	bash scripts/make-wheelhouse.sh wheelhouse
 
