@@ -64,7 +64,7 @@ want_hash() {
 if [ "$torch_action" != install ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(want_hash)" ] \
         && [ "$(check fairseq-plan --stamp "$BUILD_STAMP")" = ok ]; then
     # nothing to install: still make sure the extensions import (else rebuild fairseq)
-    check verify >/dev/null && exit 0
+    check verify >/dev/null 2>&1 && exit 0
     echo "setup-env: fairseq's extensions do not import: rebuilding fairseq-fixed" >&2
     rm -f "$BUILD_STAMP"
 fi
