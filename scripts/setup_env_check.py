@@ -153,7 +153,7 @@ def default_torch_specs(constraint_lines):
 
 def plan_torch(present, constraint_lines, env):
     """("keep", version) | ("skip", version) | ("install", [spec, fallback...])."""
-    spec = env.get("TORCH_SPEC", "").strip()
+    spec = "".join(env.get("TORCH_SPEC", "").split())  # one word for the shell: "torch >= 2.5" -> "torch>=2.5"
     if _flag(env, "SKIP_TORCH"):
         if present is None:
             raise SetupError("SKIP_TORCH=1 but no torch is importable from the venv (create it with "

@@ -83,6 +83,7 @@ def test_plan_without_torch_asks_for_the_cpu_build_first():
 def test_plan_explicit_requests():
     present = torch_info("2.99.0+cu124", "12.4")
     assert check.plan_torch(present, _lines(CPU), {"TORCH_SPEC": "torch==2.5.1"}) == ("install", ["torch==2.5.1"])
+    assert check.plan_torch(present, _lines(CPU), {"TORCH_SPEC": " torch >= 2.5, < 2.6 "}) == ("install", ["torch>=2.5,<2.6"])
     assert check.plan_torch(present, _lines(CPU), {"FORCE_TORCH": "1"})[0] == "install"
     assert check.plan_torch(present, _lines(CPU), {"FORCE_TORCH": "0"}) == ("keep", "2.99.0+cu124")
     assert check.plan_torch(present, _lines(CPU), {"SKIP_TORCH": "1"}) == ("skip", "2.99.0+cu124")
