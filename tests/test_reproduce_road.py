@@ -149,6 +149,7 @@ def test_tables_that_train_the_same_model_share_its_directory():
     t3 = {c.row.key: c.train_dir for c in _cells("yang2019_table3")}
     assert t3["base"] == t1["base"] and t3["enc_deep_global_deep"] == t1["enc_deep_global_deep"]
     wang1 = {c.row.key: c.train_dir for c in _cells("wang2019_table1")}
+    assert wang1["base"] == t1["base"]  # Yang's and Wang's Transformer-Base: one training
     wang2 = {(c.row.key, c.column.name): c.train_dir for c in _cells("wang2019_table2")}
     assert wang2[("deep_tam", "En-De")] == wang1["deep_tam"]
     iida2 = {(c.row.key, c.column.name): c.train_dir for c in _cells("iida2019_table2")}
@@ -344,6 +345,7 @@ def test_a_directory_being_trained_is_not_trained_twice(tmp_path):
     (["--launcher", "torchrun", "--nnodes", "2", "--gpus", "4"], "needs --master-addr set to node 0's address"),
     (["--launcher", "torchrun", "--nnodes", "2", "--node-rank", "2", "--master-addr", "n0"], "ranks are 0 .. nnodes - 1"),
     (["--jobs", "2"], "for --setting cpu / --smoke only"),
+    (["--launcher", "slurm", "--nnodes", "2", "--gpus", "4", "--node-rank", "1"], "is for --launcher torchrun"),
 ])
 def test_launches_that_cannot_work_are_refused(tmp_path, args, message):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "reproduce", "wang2019_table2.py"), "--dry-run",
@@ -370,3 +372,59 @@ def test_cao_delta_is_against_row_one_and_blank_without_it(tmp_path):
     with_base = only_cross + [_fake_cell(table, rows["base"], column, str(tmp_path), refs[:15] + ["x"] * 15, refs)]
     line = next(l for l in tables.format_table(table, with_base).splitlines() if l.startswith("| 4 |"))
     assert line.strip("|").split("|")[-1].strip().startswith("+")
+
+
+def test_logging_workers_and_launcher_do_not_change_the_directory():
+    plain = _key_of("cao_table2", "base")
+    for extra in (["--log-interval", "10"], ["--tensorboard-logdir", "/scratch/job123/tb"], ["--num-workers", "8"],
+                  ["--no-progress-bar"], ["--log-format=json"]):
+        assert _key_of("cao_table2", "base", train_extra=extra).train_dir == plain.train_dir, extra
+    assert _key_of("cao_table2", "base", backend="nccl").train_dir == plain.train_dir
+    two_nodes = dict(launcher="torchrun", nnodes=2, gpus=1, master_addr="n0")
+    rank0, rank1 = _key_of("cao_table2", "base", **two_nodes), _key_of("cao_table2", "base", node_rank=1, **two_nodes)
+    assert rank0.train_dir == rank1.train_dir  # every node computes the same directory and port
+    assert rank0.train_cmd[rank0.train_cmd.index("--master-port") + 1] == \
+        rank1.train_cmd[rank1.train_cmd.index("--master-port") + 1]
+    ports = {c.train_cmd[c.train_cmd.index("--master-port") + 1] for c in _cells("cao_table1", **two_nodes)}
+    assert len(ports) == len(_cells("cao_table1", **two_nodes))  # one rendezvous port per training
+
+
+def test_length_subsets_and_where_extra_corpora_lie_do_not_change_the_data_key(tmp_path):
+    bin_dir = tmp_path / "aspec" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "dict.ja.txt").write_text("a 1\n")
+    (bin_dir / "dict.en.txt").write_text("b 1\n")
+    prints = []
+    for settings in ("direction=ja-en top=2000 vocab=2000 length_eval=0",
+                     "direction=ja-en top=2000 vocab=2000 length_eval=1 length_eval_tokens=300",
+                     "direction=ja-en top=3000 vocab=2000 length_eval=1"):
+        (tmp_path / "aspec" / "settings").write_text(settings + "\n")
+        prints.append(runner.data_fingerprint(str(bin_dir), "ja", "en"))
+    assert prints[0] == prints[1] != prints[2]
+    assert runner._training_settings("extra=--extra-train /a/cwmt/casia2015") == \
+        runner._training_settings("extra=--extra-train /b/c/casia2015")
+
+
+def test_on_several_nodes_node_0_trains_every_cell_before_evaluating(tmp_path, monkeypatch):
+    table = tables.TABLES["cao_table2"]
+    cells = runner.build_cells(table, table.rows, _options(launcher="torchrun", nnodes=2, gpus=1, master_addr="n0"),
+                               str(tmp_path), str(tmp_path))
+    calls = []
+
+    def fake_run(cmd, log_path, env):
+        calls.append("eval" if "fairseq_ctx.analysis.evaluation" in cmd else "train")
+        return 0 if calls[-1] == "train" else 1
+
+    monkeypatch.setattr(runner, "_run_logged", fake_run)
+    runner.run_cells(cells, "cao", False)
+    assert calls[:len(cells)] == ["train"] * len(cells) and set(calls[len(cells):]) == {"eval"}
+
+
+def test_changed_evaluation_settings_are_evaluated_afresh():
+    import dataclasses
+
+    table = tables.TABLES["yang2019_table1"]
+    cell = _cells("yang2019_table1")[0]
+    other = dataclasses.replace(cell, table=dataclasses.replace(table, beam=table.beam + 1))
+    assert other.train_dir == cell.train_dir and other.eval_dir("test") != cell.eval_dir("test")
+    assert dataclasses.replace(cell).eval_dir("test") == cell.eval_dir("test")

@@ -1,17 +1,18 @@
 """Run a paper table: cells (row x column), preflight, training, evaluation, provenance.
 
-A cell's training directory is keyed by what decides the trained model: the paper, the
+A cell's training directory is keyed by what decides the trained model: the
 hardware tag (setting, nodes x GPUs x tokens x update-freq, precision), the row's config
 name, and a hash (``training_key``) of every fairseq-train argument (config contents,
 column options, `--` extras, smoke sizes) and of the prepared data (dictionaries and the
 data script's settings). Two tables that train the same model (Iida Tables 2-4, Yang
-Tables 1 and 3, ...) therefore share one directory and the second only evaluates; anything
+Tables 1 and 3, Yang's and Wang's Transformer-Base and Big) therefore share one directory
+and the second only evaluates (in an eval directory of its own evaluation settings); anything
 that changes the training gets a directory of its own, never a finished model trained
 otherwise.
 
-    <results>/<paper>/<hardware tag>/<config>-<key>/<data>[-<bin>]/
+    <results>/<hardware tag>/<config>-<key>/<data>[-<bin>]/
         train.log  train.json (provenance, written when training finished)  train.lock (while training)
-        checkpoints/  eval/<subset>/{result.json, hyp.detok.<tgt>, generate.out, eval.log}
+        checkpoints/  eval/<subset>-<evaluation key>/{result.json, hyp.detok.<tgt>, generate.out, eval.log}
 
 Significance marks are computed when the table is assembled, from the hypotheses of the
 row and of ITS baseline (Row.baseline, else the table's), so the order in which cells
@@ -68,7 +69,7 @@ class Cell:
         return os.path.join(self.data_dir, self.column.bin)
 
     def eval_dir(self, subset):
-        return os.path.join(self.train_dir, "eval", subset)
+        return os.path.join(self.train_dir, "eval", f"{subset}-{evaluation_key(self.table, self.column)}")
 
     def result_path(self, subset):
         return os.path.join(self.eval_dir(subset), "result.json")
@@ -101,20 +102,50 @@ def data_fingerprint(bin_dir, src, tgt):
         digest.update(os.path.basename(path).encode() + b"\0")
         try:
             with open(path, "rb") as handle:
-                digest.update(hashlib.md5(handle.read()).hexdigest().encode())
+                content = handle.read()
         except OSError:
             digest.update(b"<missing>")
+            continue
+        if path.endswith("settings"):
+            content = _training_settings(content.decode("utf-8", "replace")).encode()
+        digest.update(hashlib.md5(content).hexdigest().encode())
     return digest.hexdigest()[:12]
 
 
+def _training_settings(settings):
+    """The data script's settings that decide the training data: without the held-out length
+    subsets (prepare-aspec.sh --length-eval adds test sets only, so Iida Tables 3-4 reuse
+    Table 2's models whichever way ASPEC was prepared) and with file names instead of where
+    the extra corpora lie (moving the CWMT files does not change the data)."""
+    words = [os.path.basename(w) if "/" in w else w for w in settings.split()
+             if not w.startswith(("length_eval=", "length_eval_tokens="))]
+    return " ".join(words)
+
+
+# fairseq-train options that change how a training is run or logged, not what it learns:
+# left out of the key, so a resubmitted job with another log directory, worker count or
+# launcher resumes its directory instead of starting afresh in a new one
+NOT_IN_KEY_WITH_VALUE = {"--log-interval", "--log-format", "--log-file", "--tensorboard-logdir", "--wandb-project",
+                         "--azureml-logging", "--aim-repo", "--num-workers", "--distributed-backend",
+                         "--distributed-port", "--distributed-world-size", "--distributed-init-method",
+                         "--distributed-rank", "--device-id", "--save-dir"}
+NOT_IN_KEY_FLAGS = {"--no-progress-bar", "--distributed-no-spawn"}
+
+
 def fairseq_train_args(cmd, bin_dir):
-    """The fairseq-train arguments of a training command: from the data directory on, without
-    the launcher in front of it or the rendezvous port (neither changes what is trained)."""
-    words = list(cmd[cmd.index(bin_dir):])
-    if "--distributed-port" in words:
-        at = words.index("--distributed-port")
-        del words[at:at + 2]
-    return words
+    """The fairseq-train arguments of a training command that decide what is trained: from the
+    data directory on, without the launcher in front of it and without NOT_IN_KEY_* (logging,
+    data workers, rendezvous, world size: the hardware tag holds nodes x GPUs)."""
+    words, out = list(cmd[cmd.index(bin_dir):]), []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in NOT_IN_KEY_WITH_VALUE:
+            skip = True
+        elif word not in NOT_IN_KEY_FLAGS and not word.split("=", 1)[0] in NOT_IN_KEY_WITH_VALUE:
+            out.append(word)
+    return out
 
 
 def training_key(cmd, bin_dir, fingerprint):
@@ -128,7 +159,21 @@ def training_key(cmd, bin_dir, fingerprint):
 def train_dir_of(results, table, row, column, hw_tag, key):
     config = os.path.splitext(os.path.basename(row.config))[0]
     data = column.data + ("" if column.bin == "bin" else "-" + column.bin)
-    return os.path.join(results, table.paper, hw_tag, _slug(f"{config}-{key}"), _slug(data))
+    # no paper in the path: Yang's and Wang's Transformer-Base / Big are one training
+    return os.path.join(results, hw_tag, _slug(f"{config}-{key}"), _slug(data))
+
+
+MAX_LEN_A, MAX_LEN_B = 2, 10  # output bound relative to the source (Iida's long buckets)
+
+
+def evaluation_key(table, column):
+    """6 hex digits of what decides a cell's scores besides the model: checkpoint choice,
+    beam, length penalty, output bound, BPE removal, 2-to-2 stripping. Two tables evaluating
+    one training with other settings get their own eval directories; a changed setting is
+    evaluated afresh instead of reusing a result.json of the old one."""
+    settings = (f"average_last={table.average_last} beam={table.beam} lenpen={table.lenpen} max_len_a={MAX_LEN_A} "
+                f"max_len_b={MAX_LEN_B} remove_bpe={column.remove_bpe} strip_concat={column.strip_concat}")
+    return hashlib.sha1(settings.encode()).hexdigest()[:6]
 
 
 def length_subsets(data_dir, column):
@@ -186,6 +231,14 @@ def build_cells(table, rows, options, results, data_root) -> List[Cell]:
                                           master_port=options.master_port, backend=options.backend, hw=hw)
             fingerprint = data_fingerprint(bin_dir, column.src, column.tgt)
             key = training_key(cmd, bin_dir, fingerprint)
+            if options.launcher != "spawn":
+                # a rendezvous port per training: a node that got out of step with node 0
+                # times out instead of joining another cell's training
+                cmd = train_mod.build_command(os.path.join(CONFIGS, row.config), setting, bin_dir,
+                                              os.path.join(SAVE_DIR, "checkpoints"), extra, launcher=options.launcher,
+                                              node_rank=options.node_rank, master_addr=options.master_addr,
+                                              master_port=options.master_port + int(key, 16) % 1000,
+                                              backend=options.backend, hw=hw)
             train_dir = train_dir_of(results, table, row, column, tag, key)
             cmd = [w.replace(SAVE_DIR, train_dir) for w in cmd]
             subsets = [column.subset]
@@ -206,7 +259,8 @@ def eval_command(cell, subset, python=sys.executable):
     cmd = [python, "-m", "fairseq_ctx.analysis.evaluation", "--data", cell.bin_dir,
            "--save-dir", os.path.join(cell.train_dir, "checkpoints"), "--src", column.src, "--tgt", column.tgt,
            "--subset", subset, "--ref", raw_path(cell, subset, column.tgt), "--source", raw_path(cell, subset, column.src),
-           "--beam", str(table.beam), "--lenpen", str(table.lenpen), "--length-buckets",
+           "--beam", str(table.beam), "--lenpen", str(table.lenpen), "--max-len-a", str(MAX_LEN_A),
+           "--max-len-b", str(MAX_LEN_B), "--length-buckets",
            "--name", row.label, "--out-dir", cell.eval_dir(subset),
            "--provenance", os.path.join(cell.train_dir, "train.json")]
     if table.average_last:
@@ -384,7 +438,7 @@ def _check_reused(cell):
                            "move it away (it was trained with other arguments or data)")
 
 
-def run_cell(cell, setting, smoke, env):
+def run_cell(cell, setting, smoke, env, train_only=False):
     start = time.time()
     lock = TrainLock(cell.train_dir)
     try:
@@ -403,6 +457,9 @@ def run_cell(cell, setting, smoke, env):
             with atomic_write(os.path.join(cell.train_dir, "train.json")) as handle:
                 json.dump(dict(record, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z")), handle, indent=1)
             lock.release()
+        if train_only:
+            cell.status = "trained"
+            return cell
         for subset in cell.subsets:
             if cell.evaluated(subset):
                 continue
@@ -434,6 +491,20 @@ def run_cells(cells, setting, smoke, jobs=1, threads=None):
     by_dir: Dict[str, List[Cell]] = {}
     for cell in cells:
         by_dir.setdefault(cell.train_dir, []).append(cell)
+
+    if cells and cells[0].hw.nnodes > 1:
+        # multi-node: every training first, back to back, as the other nodes run them
+        # (run_follower); evaluating in between would keep their next rendezvous waiting
+        for cell in cells:
+            if not cell.trained and not any(c.train_dir == cell.train_dir and c.status != "pending" for c in cells):
+                run_cell(cell, setting, smoke, env, train_only=True)
+        for cell in cells:
+            if cell.status == "FAILED":
+                summary(cell)
+        cells_left = [c for c in cells if c.status != "FAILED"]
+        by_dir = {}
+        for cell in cells_left:
+            by_dir.setdefault(cell.train_dir, []).append(cell)
 
     def run_group(group):
         first = run_cell(group[0], setting, smoke, env)
@@ -572,8 +643,9 @@ def main(table_key, argv=None):
         options.cpu_max_tokens = options.cpu_max_tokens or SMOKE_MAX_TOKENS
         options.results = options.results or os.path.join(WORK_ROOT, "work", "smoke")
         options.data_root = options.data_root or os.path.join(options.results, "data")
-    options.results = options.results or os.path.join(WORK_ROOT, "work", "experiments")
-    options.data_root = options.data_root or os.path.join(WORK_ROOT, "work")
+    # absolute: the training and evaluation children run in another directory
+    options.results = os.path.abspath(options.results or os.path.join(WORK_ROOT, "work", "experiments"))
+    options.data_root = os.path.abspath(options.data_root or os.path.join(WORK_ROOT, "work"))
     try:
         train_mod.check_launch(options.launcher, options.nnodes, options.node_rank, options.master_addr)
     except train_mod.BatchError as error:
@@ -622,7 +694,12 @@ def main(table_key, argv=None):
         counts = count_rows(table, rows)
     if not (options.dry_run or options.table_only) and cells:
         # smoke models are tiny: the disk estimate (from the full-size parameter counts) is for real runs
-        problems = preflight(cells, options, None if options.smoke else counts)
+        disk_counts = None
+        if not options.smoke:
+            from .params import count_rows
+
+            disk_counts = counts or count_rows(table, rows)
+        problems = preflight(cells, options, disk_counts)
         if problems:
             print("reproduce: preflight found problems (nothing was trained):", file=sys.stderr)
             for problem in problems:

@@ -372,6 +372,8 @@ def format_table(table: Table, cells, param_counts=None, speed=None, header_note
             paper = _paper_value(table, row, column.name)
             value, paper0 = row.paper.get(column.name), table.rows[0].paper.get(column.name)
             paper_delta = f"{value - paper0:+.2f}" if isinstance(value, float) and isinstance(paper0, float) else ""
+            if row is table.rows[0]:
+                paper_delta = "-"  # as the paper prints row 1's delta
             if result is None:
                 cells_ += [paper, "missing", "missing"] + ([paper_delta, ""] if table.delta else [])
                 continue
@@ -389,7 +391,8 @@ def format_table(table: Table, cells, param_counts=None, speed=None, header_note
             if table.delta:  # against row 1 (the paper's Δ), blank where row 1 has no result
                 first = load_result(by[(table.rows[0].key, column.name)]) if (table.rows[0].key, column.name) in by \
                     else None
-                cells_ += [paper_delta, f"{ours - first['tokenized']['bleu']:+.2f}" if first else ""]
+                cells_ += [paper_delta, "-" if row is table.rows[0] else
+                           f"{ours - first['tokenized']['bleu']:+.2f}" if first else ""]
         body.append(cells_)
     text = f"### {table.title}\n\n{header_note}" + markdown_table(header, body)
     return text + footer(table, cells, marks_used, speed=speed)

@@ -227,6 +227,10 @@ def check_launch(launcher, nnodes, node_rank, master_addr):
     if nnodes > 1 and launcher == "torchrun" and master_addr in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
         raise BatchError(f"--nnodes {nnodes} with torchrun needs --master-addr set to node 0's address, reachable "
                          f"from every node (not {master_addr})")
+    if node_rank > 0 and launcher != "torchrun":
+        raise BatchError(f"--node-rank {node_rank} is for --launcher torchrun (run on every node); with {launcher} "
+                         "run the command once, on one node" + (" (srun starts every node's tasks)"
+                                                               if launcher == "slurm" else ""))
     if nnodes > 1 and launcher == "spawn":
         raise BatchError("--nnodes > 1 needs --launcher torchrun (the same command on every node) or slurm")
 
