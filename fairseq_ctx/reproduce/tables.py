@@ -395,7 +395,17 @@ def format_table(table: Table, cells, param_counts=None, speed=None, header_note
                            f"{ours - first['tokenized']['bleu']:+.2f}" if first else ""]
         body.append(cells_)
     text = f"### {table.title}\n\n{header_note}" + markdown_table(header, body)
-    return text + footer(table, cells, marks_used, speed=speed)
+    text += footer(table, cells, marks_used, speed=speed)
+    if param_counts is not None:
+        from .params import VOCAB
+
+        src, tgt = VOCAB[table.paper]
+        text += (f"Parameter counts (ours): fairseq builds of the configs with {src:,} source / {tgt:,} target dictionary "
+                 "entries (sizes the papers do not state, fitted to their En-De / ASPEC counts; see "
+                 "docs/notes/experiments.md): one count per row" +
+                 (", so a per-language-pair count of the paper (e.g. Zh-En) has no counterpart here.\n"
+                  if len(table.columns) > 1 else ".\n"))
+    return text
 
 
 def _bucket_label(bucket):
