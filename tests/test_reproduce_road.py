@@ -370,8 +370,11 @@ def test_cao_delta_is_against_row_one_and_blank_without_it(tmp_path):
     paper_delta = rows["cross_zero"].paper["Zh-En"] - rows["base"].paper["Zh-En"]
     assert cells[-2] == f"{paper_delta:+.2f}" and cells[-1] == ""  # base not run: no delta of ours
     with_base = only_cross + [_fake_cell(table, rows["base"], column, str(tmp_path), refs[:15] + ["x"] * 15, refs)]
-    line = next(l for l in tables.format_table(table, with_base).splitlines() if l.startswith("| 4 |"))
+    text = tables.format_table(table, with_base)
+    line = next(l for l in text.splitlines() if l.startswith("| 4 |"))
     assert line.strip("|").split("|")[-1].strip().startswith("+")
+    first = next(l for l in text.splitlines() if l.startswith("| 1 |"))
+    assert [c.strip() for c in first.strip("|").split("|")][-2:] == ["-", "-"]  # row 1: "-" as the paper prints
 
 
 def test_logging_workers_and_launcher_do_not_change_the_directory():
