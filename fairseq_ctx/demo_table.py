@@ -8,7 +8,7 @@ import json
 import os
 import re
 
-from .data.atomic import atomic_write
+from .atomic import atomic_write
 
 
 def count_parameters(train_log):

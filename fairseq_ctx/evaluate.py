@@ -18,7 +18,7 @@ import sys
 
 import sacrebleu
 
-from .data.atomic import atomic_write
+from .atomic import atomic_write
 from .data.tokenize import detokenizer
 
 USER_DIR = os.path.dirname(os.path.abspath(__file__))

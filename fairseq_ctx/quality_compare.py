@@ -55,6 +55,7 @@ import subprocess
 import sys
 import time
 
+from .atomic import atomic_write
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
 
 STOCK_ARCHS = {"transformer": "transformer", "lstm": "lstm"}  # arch -> family
@@ -349,10 +350,8 @@ def curve_markdown(curves, curve_comparisons, baselines, meta, curve_png=None):
 
 def _write_json(path, obj):
     """A result counts as done only when complete: written aside, then renamed."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".partial", "w") as f:
+    with atomic_write(path) as f:
         json.dump(obj, f)
-    os.replace(path + ".partial", path)
 
 
 def _read_json(path):

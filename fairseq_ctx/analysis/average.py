@@ -62,7 +62,7 @@ def average_checkpoints(paths):
 
 
 def average_last(save_dir, n, output, by="auto"):
-    from .._atomic_torch import atomic_torch_save
+    from ..atomic import atomic_torch_save
 
     paths = last_checkpoints(save_dir, n, by)
     atomic_torch_save(average_checkpoints(paths), output)

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-from ..data.atomic import atomic_write
+from ..atomic import atomic_write
 from ..data.tokenize import detokenizer, tokenizer
 from ..evaluate import generate, parse_hypotheses, score
 from . import scoring

@@ -18,6 +18,8 @@ import os
 import re
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
+from ..atomic import atomic_path
+
 VALID_SIMPLE = re.compile(r"\| valid on '(?P<subset>[^']+)' subset \|(?P<fields>.*)$")
 EPOCH = re.compile(r"\| epoch (\d+)\b")
 VALID_JSON = re.compile(r"\| (?P<tag>[\w-]+) \| (?P<json>\{.*\})\s*$")
@@ -137,9 +139,9 @@ def plot_learning_curves(curves: Mapping[str, Mapping[str, Mapping]], pairs: Seq
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".partial.png"
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_path(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)
     return path

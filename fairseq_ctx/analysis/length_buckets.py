@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 
-from ..data.atomic import atomic_write
+from ..atomic import atomic_write
 from ..data.tokenize import tokenizer
 from . import scoring
 

@@ -24,7 +24,7 @@ from collections import defaultdict
 
 import torch
 
-from ..data.atomic import atomic_write
+from ..atomic import atomic_write
 from .scoring import markdown_table
 
 USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -22,8 +22,9 @@ make|strip ...`` (what the data-preparation scripts run).
 import argparse
 import os
 import sys
-import tempfile
 from typing import Iterable, List, Optional, Sequence, Tuple
+
+from ..atomic import atomic_write_lines
 
 MARKER = "<CONCAT>"
 
@@ -40,18 +41,7 @@ def read_lines(path: str) -> List[str]:
 
 
 def write_atomically(path: str, lines: Iterable[str]) -> None:
-    """Write to a temporary file in the destination directory, then rename it into place."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for line in lines:
-                f.write(line + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_lines(path, lines)
 
 
 # -- building ------------------------------------------------------------------------------

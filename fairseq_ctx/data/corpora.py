@@ -52,7 +52,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .atomic import atomic_write
+from ..atomic import atomic_write
 from .download import ChecksumError, DownloadError, default_cache, download
 
 SEG = re.compile(r"<seg[^>]*>(.*)</seg>", re.IGNORECASE)

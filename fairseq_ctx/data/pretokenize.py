@@ -11,7 +11,7 @@ import argparse
 import multiprocessing
 import os
 
-from .atomic import atomic_write
+from ..atomic import atomic_write
 from .tokenize import tokenizer
 
 _worker_fn = None

@@ -9,7 +9,7 @@ Usage:
 """
 import argparse
 
-from .atomic import atomic_write
+from ..atomic import atomic_write
 
 
 def train(input_path, model_prefix, vocab_size, symbols=(), character_coverage=0.9995):

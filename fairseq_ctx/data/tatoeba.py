@@ -21,7 +21,7 @@ import json
 import sys
 import zipfile
 
-from .atomic import atomic_write
+from ..atomic import atomic_write
 
 SALT = "fairseq-ctx-tatoeba-split-v1"
 

@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from ..data.atomic import atomic_write
+from ..atomic import atomic_write
 from ..paths import CHECKOUT, WORK_ROOT
 from . import train as train_mod
 from .train import CONFIGS, PAPER_SETTING, ROOT

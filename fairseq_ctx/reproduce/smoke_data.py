@@ -53,7 +53,7 @@ import zipfile
 from typing import Dict, List, Tuple
 
 from ..data import corpora, tatoeba
-from ..data.atomic import atomic_write
+from ..atomic import atomic_write
 from ..data.download import default_cache
 from ..paths import DATA_SCRIPTS as SCRIPTS  # shipped with the package: an installed copy runs its own
 from ..paths import script_env
