@@ -1,15 +1,18 @@
 """Every reproduced table: its rows (config files), columns (data sets), the paper's
 numbers, and how to run, collect and print it.
 
-    python scripts/reproduce/<paper>_<table>.py [--dry-run] [--setting S] [--data-root work]
+    fairseq-ctx-reproduce <paper>_<table> [--dry-run] [--setting S] [--data-root work]
         [--results work/experiments] [--only ROW] [--params]
+    (in a checkout also: python scripts/reproduce/<paper>_<table>.py ...)
 
-Data directories (the defaults of scripts/data/prepare-*.sh under --data-root):
-  wmt14-en-de, wmt14-en-fr, wmt17-zh-en, wmt17-zh-en-len50 (prepare-wmt17-zh-en.sh --max-len 49
-  --out work/wmt17-zh-en-len50, Cao's filter), aspec-ja-en, aspec-en-ja, opensubtitles-ja-en,
-  opensubtitles-en-ja (bin / bin-concat).
-Results: <results>/<paper>/<row>/<column>/{checkpoints, eval/result.json}. A table is
-assembled from whatever result.json files exist; missing cells print as "missing".
+Data directories (the defaults of fairseq-ctx-prepare-data CORPUS under --data-root):
+  wmt14-en-de, wmt14-en-fr, wmt17-zh-en, wmt17-zh-en-len50 (fairseq-ctx-prepare-data wmt17-zh-en
+  --max-len 49 --out work/wmt17-zh-en-len50, Cao's filter), aspec-ja-en, aspec-en-ja,
+  opensubtitles-ja-en, opensubtitles-en-ja (bin / bin-concat).
+Results: <results>/<setting tag>/<config>-<training key>/<data>/{train.json, checkpoints,
+eval/<subset>-<evaluation key>/result.json}: one directory per distinct training, shared by
+every table that trains the same model. A table is assembled from whatever result.json files
+exist; missing cells print as "missing".
 """
 import dataclasses
 import json
