@@ -10,7 +10,7 @@ on its published count, so the other rows test the architectures:
   iida2019: source 33,264 and target 32,256 entries (SentencePiece 32K per language, fairseq's
             specials, padded to a multiple of 8): the only sizes that put BOTH the LSTM baseline
             (68,460,544) and the Transformer (81,604,608) on Table 5 (two linear equations,
-            512 Vs + 1025 Vt and 512 Vs + 1024 Vt; see docs/notes/experiments.md).
+            512 Vs + 1025 Vt and 512 Vs + 1024 Vt; see docs/experiments.md).
 """
 import os
 from typing import Dict, Iterable

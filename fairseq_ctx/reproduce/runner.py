@@ -304,7 +304,7 @@ def preflight(cells, options, param_counts=None) -> List[str]:
         for path in need:
             if not os.path.exists(path):
                 problems.append(f"{cell.name}: missing {path} (prepare the data with scripts/data/; see "
-                                "docs/notes/experiments.md)")
+                                "docs/experiments.md)")
                 break
     setting = options.setting or PAPER_SETTING[cells[0].table.paper] if cells else None
     if cells and setting not in ("cpu",):

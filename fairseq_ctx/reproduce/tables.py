@@ -405,7 +405,7 @@ def format_table(table: Table, cells, param_counts=None, speed=None, header_note
         src, tgt = VOCAB[table.paper]
         text += (f"Parameter counts (ours): fairseq builds of the configs with {src:,} source / {tgt:,} target dictionary "
                  "entries (sizes the papers do not state, fitted to their En-De / ASPEC counts; see "
-                 "docs/notes/experiments.md): one count per row" +
+                 "docs/experiments.md): one count per row" +
                  (", so a per-language-pair count of the paper (e.g. Zh-En) has no counterpart here.\n"
                   if len(table.columns) > 1 else ".\n"))
     return text

@@ -21,7 +21,7 @@ unless --allow-batch-change):
 Launchers: ``spawn`` (default): fairseq-train --distributed-world-size N on one node (fairseq
 spawns one process per GPU). ``torchrun``: torchrun --nproc-per-node N [--nnodes M --node-rank R
 --master-addr HOST --master-port P] runs fairseq_ctx.reproduce.distributed_entry, which hands
-each process its rank (this also runs on CPU with the gloo backend; see docs/notes/experiments.md).
+each process its rank (this also runs on CPU with the gloo backend; see docs/experiments.md).
 Multi-node: run the same torchrun command on every node with its --node-rank. ``slurm``:
 an ``srun`` line for fairseq's own SLURM support (one task per GPU, --distributed-port).
 """
