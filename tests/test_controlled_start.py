@@ -51,6 +51,9 @@ VARIANTS = {
     "ca-enc-default": ("transformer_context_aware", []),  # deep_global+deep, encoder, both, gated
     "ca-enc-nogate": ("transformer_context_aware", ctx("deep_global+deep", "none", "--no-context-gate")),
     "ca-dec-global": ("transformer_context_aware", ctx("none", "global")),
+    "ca-init-gate_half": ("transformer_context_aware", ctx("deep_global+deep", "global", "--context-init", "gate_half")),
+    "ca-init-matched": ("transformer_context_aware", ctx("deep_global+deep", "deep", "--context-init", "matched")),
+    "ca-init-zero_context": ("transformer_context_aware", ctx("deep_global", "none", "--context-init", "zero_context")),
     "ca-dec-deep": ("transformer_context_aware", ctx("none", "deep", "--context-apply", "key")),
     "ca-dec-deep_global+deep": ("transformer_context_aware", ctx("none", "deep_global+deep")),
     "ca-both-sides": ("transformer_context_aware", ctx("deep", "deep_global", "--context-apply", "query")),

@@ -42,6 +42,7 @@ from fairseq.modules.transformer_layer import (
 
 from fairseq_ctx.models._controlled_init import added_parameters
 from fairseq_ctx.modules.context_aware_attention import (
+    CONTEXT_INITS,
     CONTEXT_TARGETS,
     CONTEXT_TYPES,
     ContextHistory,
@@ -74,6 +75,7 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
         history: ContextHistory,
         causal: bool,
         name: str = "self_attn",
+        init: str = "glorot",
     ) -> None:
         """``name``: this module's path in the model (``encoder.layers.0.self_attn``);
         the contextualiser's initial values come from the stream derived from it and
@@ -90,7 +92,7 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
         if global_blocks or deep_blocks:
             with added_parameters(f"{name}.contextualizer"):
                 self.contextualizer = ContextualQueryKey(
-                    self.embed_dim, global_blocks, deep_blocks, apply_to, gated
+                    self.embed_dim, global_blocks, deep_blocks, apply_to, gated, init=init
                 )
         self.gate_statistics: Optional[GateStatistics] = None
 
@@ -260,7 +262,7 @@ class ContextAwareDecoderLayer(TransformerDecoderLayerBase):
 
 
 def _configure_stack(
-    layers, context_type: str, apply_to: str, gated: bool, causal: bool, side: str
+    layers, context_type: str, apply_to: str, gated: bool, causal: bool, side: str, init: str
 ) -> ContextHistory:
     """Give every self-attention layer of one stack its context. Runs after the stock
     encoder / decoder is built; the contextualisers draw from their own streams, so the
@@ -268,7 +270,9 @@ def _configure_stack(
     history = ContextHistory()
     for index, layer in enumerate(layers, start=1):
         name = f"{side}.layers.{index - 1}.self_attn"  # its state-dict path
-        layer.self_attn.configure_context(index, context_type, apply_to, gated, history, causal, name=name)
+        layer.self_attn.configure_context(
+            index, context_type, apply_to, gated, history, causal, name=name, init=init
+        )
     return history
 
 
@@ -277,7 +281,7 @@ class ContextAwareTransformerEncoder(TransformerEncoderBase):
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
         self.context_history = _configure_stack(
             self.layers, cfg.encoder_context, cfg.context_apply, not cfg.no_context_gate,
-            causal=False, side="encoder",
+            causal=False, side="encoder", init=cfg.context_init,
         )
 
     def build_encoder_layer(self, cfg):
@@ -301,7 +305,7 @@ class ContextAwareTransformerDecoder(TransformerDecoderBase):
         )
         self.context_history = _configure_stack(
             self.layers, cfg.decoder_context, cfg.context_apply, not cfg.no_context_gate,
-            causal=True, side="decoder",
+            causal=True, side="decoder", init=cfg.context_init,
         )
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
@@ -338,6 +342,10 @@ class ContextAwareTransformerModel(TransformerModel):
                             help='contextualise the queries, the keys or both (Table 3)')
         parser.add_argument('--no-context-gate', action='store_true',
                             help='ablation (footnote 1): no gating scalar, Q^ = Q + C U_Q')
+        parser.add_argument('--context-init', choices=CONTEXT_INITS,
+                            help='initial U / V (not in the paper): glorot (default), gate_half '
+                                 '(V = 0: lambda starts at 0.5), matched (rms(C U) = rms(Q) at the '
+                                 'start), zero_context (U = 0)')
         # fmt: on
 
     @classmethod
@@ -395,6 +403,10 @@ def validate_context_args(args) -> None:
             problems.append(f"--{side}-context must be one of {', '.join(CONTEXT_TYPES)}, got {value!r}")
     if args.context_apply not in CONTEXT_TARGETS:
         problems.append(f"--context-apply must be one of {', '.join(CONTEXT_TARGETS)}, got {args.context_apply!r}")
+    if args.context_init not in CONTEXT_INITS:
+        problems.append(f"--context-init must be one of {', '.join(CONTEXT_INITS)}, got {args.context_init!r}")
+    elif args.context_init == "gate_half" and args.no_context_gate:
+        problems.append("--context-init gate_half sets the gate vectors, which --no-context-gate removes")
     if problems:
         raise ValueError("transformer_context_aware: " + "; ".join(problems))
     if args.encoder_context == "none" and args.decoder_context == "none":
@@ -442,6 +454,7 @@ def context_aware_base_architecture(args):
     _set_default(args, "decoder_context", "none")
     _set_default(args, "context_apply", "both")
     _set_default(args, "no_context_gate", False)
+    _set_default(args, "context_init", "glorot")
     base_architecture(args)
 
 

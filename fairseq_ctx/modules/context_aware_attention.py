@@ -24,6 +24,16 @@ from torch import Tensor
 
 CONTEXT_TYPES = ("none", "global", "deep", "deep_global", "deep_global+deep")
 CONTEXT_TARGETS = ("query", "key", "both")
+# Initialisations of U and V (the paper states none; the equations are the same for all):
+#   glorot        U and V Glorot-uniform (gain 1), as a plain nn.Linear user would.
+#   gate_half     V^H = V^C = 0: every gate starts at lambda = sigmoid(0) = 0.5 exactly.
+#   matched       U Glorot with the gain that gives rms(C U) = rms(Q) at the start when the
+#                 context entries have the variance of the layer input (Q = H W_Q with
+#                 fairseq's gain 1/sqrt(2); the projections of global and deep context, which
+#                 are summed, share that variance); V Glorot.
+#   zero_context  U = 0: C U = 0 at the start, so Q^ = (1 - lambda) Q; V Glorot.
+# Which of them learns best is what the initialisation study measures (BENCHMARKS.md).
+CONTEXT_INITS = ("glorot", "gate_half", "matched", "zero_context")
 
 
 def _wide(x: Tensor) -> Tensor:
@@ -169,10 +179,14 @@ class ContextualQueryKey(nn.Module):
         deep_blocks: int,
         apply_to: str = "both",
         gated: bool = True,
+        init: str = "glorot",
     ) -> None:
         super().__init__()
         if apply_to not in CONTEXT_TARGETS:
             raise ValueError(f"apply_to must be one of {CONTEXT_TARGETS}, got {apply_to!r}")
+        if init not in CONTEXT_INITS:
+            raise ValueError(f"init must be one of {CONTEXT_INITS}, got {init!r}")
+        self.init = init
         if global_blocks == 0 and deep_blocks == 0:
             raise ValueError("ContextualQueryKey needs a non-empty context")
         self.embed_dim = embed_dim
@@ -196,15 +210,31 @@ class ContextualQueryKey(nn.Module):
 
     def reset_parameters(self) -> None:
         # Glorot per target block (fan_in = width of C, fan_out = d), as a separate
-        # U_Q and U_K would be initialised.
-        for proj in (self.global_proj, self.deep_proj):
-            if proj is not None:
-                for block in proj.weight.split(self.embed_dim, dim=0):
-                    nn.init.xavier_uniform_(block)
+        # U_Q and U_K would be initialised. Every init option draws the same numbers in
+        # the same order (zeroing or rescaling afterwards), so the options differ only
+        # in the choice, never in what the other parameters start from.
+        projections = [proj for proj in (self.global_proj, self.deep_proj) if proj is not None]
+        for proj in projections:
+            fan_in = proj.in_features
+            for block in proj.weight.split(self.embed_dim, dim=0):
+                nn.init.xavier_uniform_(block)
+                if self.init == "matched":
+                    # Var(w) = 1 / (2 n fan_in) for n summed projections: Var(C U) =
+                    # Var(c) / 2 = Var(Q) (fairseq: Var(W_Q) = gain^2 / d = 1 / (2 d)).
+                    glorot_var = 2.0 / (fan_in + self.embed_dim)
+                    target_var = 1.0 / (2 * len(projections) * fan_in)
+                    with torch.no_grad():
+                        block.mul_((target_var / glorot_var) ** 0.5)
+                elif self.init == "zero_context":
+                    with torch.no_grad():
+                        block.zero_()
         if self.gated:
             for vectors in (self.gate_input, self.gate_context):
                 for row in vectors.split(1, dim=0):
                     nn.init.xavier_uniform_(row)  # a d x 1 column vector
+                if self.init == "gate_half":
+                    with torch.no_grad():
+                        vectors.zero_()
 
     def project_context(
         self, global_context: Optional[Tensor], deep_context: Optional[Tensor]

@@ -1,0 +1,128 @@
+"""The context-aware initialisation options (--context-init; the paper states none): each
+starts from the state it promises, computes the same equations (Eq. 5-6) as the default,
+and differs from it only in U / V (the stock parameters are the stock model's, tested in
+tests/test_controlled_start.py). The references below are written from the definitions:
+Q = H W_Q with fairseq's W_Q initialisation (Glorot-uniform, gain 1/sqrt(2)), lambda =
+sigmoid(Q V^H + (C U) V^C), Q^ = (1 - lambda) Q + lambda C U."""
+import math
+
+import pytest
+import torch
+
+from fairseq_ctx.modules.context_aware_attention import CONTEXT_INITS, ContextualQueryKey
+from tests.model_checks import build_model, parse_train_args
+
+D = 256
+
+
+def _inputs(seed=0, d=D, length=24, batch=6, global_blocks=3, deep_blocks=2):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(length, batch, d, generator=generator)  # unit-variance layer input
+    w_q = torch.empty(d, d)
+    bound = (1 / math.sqrt(2)) * math.sqrt(6.0 / (d + d))  # fairseq: xavier_uniform_(gain=1/sqrt 2)
+    w_q.uniform_(-bound, bound, generator=generator)
+    query = hidden @ w_q.t()
+    # context entries with the layer input's variance (deep context: earlier layer inputs)
+    global_context = torch.randn(1, batch, global_blocks * d, generator=generator)
+    deep_context = torch.randn(length, batch, deep_blocks * d, generator=generator)
+    return query, global_context, deep_context
+
+
+def _module(init, seed=3, apply_to="both", gated=True):
+    torch.manual_seed(seed)
+    return ContextualQueryKey(D, 3, 2, apply_to, gated, init=init)
+
+
+def _rms(x):
+    return x.pow(2).mean().sqrt().item()
+
+
+def _reference(module, query, global_context, deep_context):
+    """Eq. 5-6 for the query target, from the parameters."""
+    u_global = module.global_proj.weight[:D]
+    u_deep = module.deep_proj.weight[:D]
+    context = global_context @ u_global.t() + deep_context @ u_deep.t()
+    logit = query @ module.gate_input[0] + context @ module.gate_context[0]
+    gate = torch.sigmoid(logit).unsqueeze(-1)
+    return (1 - gate) * query + gate * context, context, gate
+
+
+@pytest.mark.parametrize("init", CONTEXT_INITS)
+def test_every_init_computes_the_same_equations(init):
+    module = _module(init)
+    query, global_context, deep_context = _inputs()
+    expected, _, gate = _reference(module, query, global_context, deep_context)
+    q_hat, _, gates = module(query, query, global_context, deep_context)
+    torch.testing.assert_close(q_hat, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gates[..., :1], gate, rtol=1e-6, atol=1e-6)
+
+
+def test_gate_half_starts_every_gate_at_one_half():
+    module = _module("gate_half")
+    query, global_context, deep_context = _inputs()
+    _, _, gates = module(query, query, global_context, deep_context)
+    assert torch.equal(gates, torch.full_like(gates, 0.5))
+    # the default does not: its gates spread (the finding the option answers)
+    _, _, default_gates = _module("glorot")(query, query, global_context, deep_context)
+    assert default_gates.min() < 0.2 and default_gates.max() > 0.8
+
+
+def test_matched_starts_context_projection_at_the_scale_of_the_query():
+    query, global_context, deep_context = _inputs()
+    _, context, _ = _reference(_module("matched"), query, global_context, deep_context)
+    assert 0.9 < _rms(context) / _rms(query) < 1.1
+    # the default starts at about twice the query's RMS (global + deep projections summed)
+    _, context, _ = _reference(_module("glorot"), query, global_context, deep_context)
+    assert _rms(context) / _rms(query) > 1.8
+
+
+def test_zero_context_starts_with_no_context_term():
+    module = _module("zero_context")
+    query, global_context, deep_context = _inputs()
+    q_hat, _, gates = module(query, query, global_context, deep_context)
+    assert torch.count_nonzero(module.global_proj.weight) == 0
+    assert torch.count_nonzero(module.deep_proj.weight) == 0
+    gate = torch.sigmoid(query @ module.gate_input[0]).unsqueeze(-1)  # (C U) V^C = 0
+    torch.testing.assert_close(q_hat, (1 - gate) * query, rtol=1e-5, atol=1e-6)
+
+
+def test_inits_draw_the_same_random_numbers():
+    """An option rescales or zeroes, it does not shift the stream: V of matched and
+    zero_context, and U of gate_half, are the default's."""
+    default = _module("glorot")
+    assert torch.equal(_module("matched").gate_input, default.gate_input)
+    assert torch.equal(_module("zero_context").gate_context, default.gate_context)
+    assert torch.equal(_module("gate_half").deep_proj.weight, default.deep_proj.weight)
+    ratio = _module("matched").deep_proj.weight / default.deep_proj.weight
+    torch.testing.assert_close(ratio, torch.full_like(ratio, ratio.flatten()[0].item()))
+
+
+def _options(init, *extra):
+    return ["--arch", "transformer_context_aware", "--encoder-embed-dim", "16",
+            "--encoder-ffn-embed-dim", "24", "--encoder-layers", "2", "--encoder-attention-heads", "4",
+            "--decoder-embed-dim", "16", "--decoder-ffn-embed-dim", "24", "--decoder-layers", "2",
+            "--decoder-attention-heads", "4", "--decoder-context", "global", "--context-init", init, *extra]
+
+
+@pytest.mark.parametrize("init", CONTEXT_INITS)
+def test_option_reaches_every_contextualiser(init):
+    model, _ = build_model(_options(init))
+    modules = [layer.self_attn.contextualizer for stack in (model.encoder, model.decoder)
+               for layer in stack.layers if layer.self_attn.contextualizer is not None]
+    assert len(modules) == 4 and {m.init for m in modules} == {init}
+
+
+def test_bad_init_options_are_one_clear_error_at_build_time():
+    with pytest.raises(SystemExit):  # argparse: not one of the choices
+        parse_train_args(_options("xavier"))
+    with pytest.raises(ValueError, match="--context-init gate_half .*--no-context-gate"):
+        build_model(_options("gate_half", "--no-context-gate"))
+
+
+def test_default_is_glorot_also_for_checkpoints_without_the_option():
+    args = parse_train_args(_options("glorot"))
+    del args.context_init  # a checkpoint written before the option existed
+    from fairseq_ctx.models.transformer_context_aware import context_aware_base_architecture
+
+    context_aware_base_architecture(args)
+    assert args.context_init == "glorot"
