@@ -13,7 +13,6 @@ CONSOLE_SCRIPTS = [
     "fairseq-ctx-train = fairseq_ctx.cli:train",
     "fairseq-ctx-prepare-data = fairseq_ctx.cli:prepare_data",
     "fairseq-ctx-evaluate = fairseq_ctx.cli:evaluate",
-    "fairseq-ctx-bleu = fairseq_ctx.cli:bleu",
     "fairseq-ctx-average-checkpoints = fairseq_ctx.cli:average_checkpoints",
     "fairseq-ctx-benchmark = fairseq_ctx.cli:benchmark",
     "fairseq-ctx-quality-compare = fairseq_ctx.cli:quality_compare",

@@ -6,10 +6,11 @@ call the same functions. Each returns the exit status (console scripts pass it t
     fairseq-ctx-rehearsal                     every table at smoke scale
     fairseq-ctx-train CONFIG SETTING ...      one row's fairseq-train command
     fairseq-ctx-prepare-data CORPUS [options] the shipped data-preparation scripts
-    fairseq-ctx-evaluate / fairseq-ctx-bleu / fairseq-ctx-average-checkpoints
+    fairseq-ctx-evaluate [--paper P] ...      evaluate one system (fairseq_ctx/evaluation/)
+    fairseq-ctx-average-checkpoints / fairseq-ctx-length-buckets
     fairseq-ctx-benchmark / fairseq-ctx-quality-compare
     fairseq-ctx-make-concat-context / fairseq-ctx-strip-concat-context
-    fairseq-ctx-gate-statistics / fairseq-ctx-routing-statistics / fairseq-ctx-length-buckets
+    fairseq-ctx-gate-statistics / fairseq-ctx-routing-statistics
 """
 import os
 import shutil
@@ -100,19 +101,13 @@ def prepare_data(argv=None):
 
 
 def evaluate(argv=None):
-    from .analysis.evaluation import main
-
-    return _status(main(argv))
-
-
-def bleu(argv=None):
-    from .evaluate import main
+    from .evaluation.command import main
 
     return _status(main(argv))
 
 
 def average_checkpoints(argv=None):
-    from .analysis.average import main
+    from .evaluation.average import main
 
     return _status(main(argv))
 
@@ -130,7 +125,7 @@ def routing_statistics(argv=None):
 
 
 def length_buckets(argv=None):
-    from .analysis.length_buckets import main
+    from .evaluation.length_buckets import main
 
     return _status(main(argv))
 

@@ -18,8 +18,12 @@ def count_parameters(train_log):
 
 
 def record(args):
-    with open(os.path.join(args.run_dir, "eval", "bleu.json"), encoding="utf-8") as handle:
-        result = json.load(handle)
+    """The row's record (run dir/bleu.json): fairseq-ctx-evaluate's sacreBLEU (eval/result.json),
+    the parameter and update counts of its training log, and the times."""
+    with open(os.path.join(args.run_dir, "eval", "result.json"), encoding="utf-8") as handle:
+        evaluated = json.load(handle)
+    result = {**evaluated["sacrebleu"], "sentences": evaluated["sentences"], "checkpoint": evaluated["checkpoint"],
+              "beam": evaluated["beam"], "tokenized_bleu": evaluated["tokenized"]["bleu"]}
     with open(os.path.join(args.run_dir, "train.log"), encoding="utf-8") as handle:
         log = handle.read()
     updates = re.findall(r"num_updates[= ](\d+)", log)  # train_inner: "=", epoch summary: " "

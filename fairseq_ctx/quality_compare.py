@@ -4,7 +4,7 @@ fairseq_ctx/configs/) vs its stock baseline.
 Each config is trained with the demo's training settings (configs/demo/train.common),
 the SAME fixed update budget and each of the seeds (default 3), on the Tatoeba zh-en data
 prepared by `fairseq-ctx-prepare-data tatoeba`; every checkpoint translates the whole test set
-through fairseq_ctx.evaluate (``--required-batch-size-multiple 1``, every sentence
+through fairseq-ctx-evaluate (``--required-batch-size-multiple 1``, every sentence
 checked, detokenised, sacreBLEU against the raw references). Reported per config: BLEU
 per seed, mean, sample standard deviation, min-max; per system vs its baseline: the mean
 difference, and sacreBLEU's paired bootstrap resampling test (``paired_bs``, 1000
@@ -56,7 +56,10 @@ import sys
 import time
 
 from .atomic import atomic_write
+from .evaluation.defaults import PAPER_DEFAULTS
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
+
+DEMO = PAPER_DEFAULTS["demo"]  # evaluated with the demo's settings
 
 STOCK_ARCHS = {"transformer": "transformer", "lstm": "lstm"}  # arch -> family
 
@@ -162,10 +165,14 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
 
 
 def evaluate(data_bin, ckpt, ref, beam, out_dir, src="zh", tgt="en", gen_args=()):
-    from fairseq_ctx.evaluate import evaluate as lead_evaluate
+    """fairseq-ctx-evaluate with the demo's settings (this compares the demo's configs) and
+    this run's beam; returns ({bleu, signature, sentences}, detokenised hypotheses)."""
+    from fairseq_ctx.evaluation.command import evaluate as run_evaluate
 
-    res = lead_evaluate(data_bin, ckpt, src, tgt, ref, beam=beam, out_dir=out_dir,
-                        extra_args=list(gen_args))
+    result = run_evaluate(["--paper", "demo", "--data", data_bin, "--path", ckpt, "--src", src, "--tgt", tgt,
+                           "--ref", ref, "--beam", str(beam), "--out-dir", out_dir, "--", *gen_args])
+    res = {"bleu": result["sacrebleu"]["bleu"], "signature": result["sacrebleu"]["signature"],
+           "sentences": result["sentences"]}
     with open(os.path.join(out_dir, f"hyp.detok.{tgt}"), encoding="utf-8") as f:
         hyps = [line.rstrip("\n") for line in f]
     return res, hyps
@@ -191,7 +198,7 @@ def paired_bs(base_hyps, sys_hyps, refs, tgt="en", n_samples=1000):
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
-    from fairseq_ctx.evaluate import sacrebleu_tokenizer
+    from fairseq_ctx.evaluation.scoring import sacrebleu_tokenizer
 
     assert len(base_hyps) == len(sys_hyps) == len(refs)
     metric = BLEU(tokenize=sacrebleu_tokenizer(tgt))
@@ -569,7 +576,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     p.add_argument("--pair", action="append", default=[], metavar="SYSTEM=BASELINE")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--updates", type=int, default=2000, help="fixed update budget per run")
-    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--beam", type=int, default=DEMO.beam, help=f"default {DEMO.beam}: fairseq-ctx-evaluate --paper demo's")
     p.add_argument("--threads", type=int, default=0,
                    help="OMP/MKL threads of each training and generation run")
     p.add_argument("--jobs", type=int, default=1,

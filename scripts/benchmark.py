@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Speed / memory benchmark of fairseq-ctx architectures against stock fairseq baselines:
-see fairseq_ctx/benchmarking.py (`fairseq-ctx-benchmark`; --help for the options and an example)."""
+see fairseq_ctx/benchmarking/ (`fairseq-ctx-benchmark`; --help for the options and an example)."""
 import sys
 
 try:

@@ -58,8 +58,8 @@ run_row() {
         --max-update "$DEMO_UPDATES" --seed "$DEMO_SEED" --save-dir "$dir/checkpoints" > "$dir/train.log" 2>&1 \
         || { tail -n 30 "$dir/train.log" >&2; echo "demo: $row: training failed (log: $dir/train.log)" >&2; return 1; }
     t1=$(date +%s)
-    OMP_NUM_THREADS=$DEMO_THREADS $PY -m fairseq_ctx.evaluate --data "$data/bin" \
-        --path "$dir/checkpoints/checkpoint_last.pt" --src zh --tgt en --ref "$data/raw/test.en" \
+    OMP_NUM_THREADS=$DEMO_THREADS $PY -m fairseq_ctx.evaluation --paper demo --data "$data/bin" \
+        --save-dir "$dir/checkpoints" --src zh --tgt en --ref "$data/raw/test.en" \
         --beam "$DEMO_BEAM" --out-dir "$dir/eval" -- "${gen_args[@]}" > "$dir/eval.log" 2>&1 \
         || { cat "$dir/eval.log" >&2; echo "demo: $row: evaluation failed" >&2; return 1; }
     $PY -m fairseq_ctx.demo_table record --run-dir "$dir" --row "$row" --train-seconds $((t1 - t0)) \

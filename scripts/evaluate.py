@@ -1,14 +1,15 @@
 #!/usr/bin/env python
-"""See fairseq_ctx/evaluate.py (`fairseq-ctx-bleu`): generate with every sentence accounted for,
-detokenise, sacreBLEU."""
+"""Evaluate one trained system (`fairseq-ctx-evaluate`; --help for the options and each paper's
+defaults, --paper P): checkpoint averaging or choice, generation with every sentence accounted
+for, sacreBLEU + tokenised BLEU, paired bootstrap, BLEU by length. Code: fairseq_ctx/evaluation/."""
 import sys
 
 try:
-    from fairseq_ctx.cli import bleu
+    from fairseq_ctx.cli import evaluate
 except ModuleNotFoundError as error:  # run from a checkout, the package is importable only once installed
     if error.name != "fairseq_ctx":
         raise
     sys.exit("fairseq_ctx is not importable: run `pip install -e .` in the checkout (or `make setup`)")
 
 if __name__ == "__main__":
-    sys.exit(bleu())
+    sys.exit(evaluate())

@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(ROOT, "fairseq_ctx")
 sys.path.insert(0, ROOT)  # so tests can `from tests.model_checks import ...`
 
-from fairseq_ctx.evaluate import parse_hypotheses  # noqa: E402
+from fairseq_ctx.evaluation.generate import parse_hypotheses  # noqa: E402
 
 TINY_TEST_SENTENCES = 21  # deliberately not a multiple of 8 (fairseq's default batch multiple)
 TRAIN_DEFAULTS = [

@@ -1,4 +1,4 @@
-"""CPU smoke test of the benchmark harness (fairseq_ctx/benchmarking.py: fairseq-ctx-benchmark, scripts/benchmark.py).
+"""CPU smoke test of the benchmark harness (fairseq_ctx/benchmarking/: fairseq-ctx-benchmark, scripts/benchmark.py).
 
 Tiny dims, 2 timed steps: stock transformer vs stock transformer with another option,
 and stock lstm vs stock lstm with another option, in ONE run (two baselines, a system
@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from fairseq_ctx import benchmarking as B
+from fairseq_ctx.benchmarking import batches, systems
 
 # (name@baseline=ARGS) of plugin systems to include in the smoke run once they exist.
 EXTRA_SYSTEMS = [
@@ -42,8 +43,8 @@ def test_system_specs():
 
 
 def test_dim_overrides_by_family():
-    t = B.build_argv("--arch transformer --encoder-layers 3", "tiny", "/nonexistent")
-    l = B.build_argv("--arch lstm", "tiny", "/nonexistent")
+    t = systems.build_argv("--arch transformer --encoder-layers 3", "tiny", "/nonexistent")
+    l = systems.build_argv("--arch lstm", "tiny", "/nonexistent")
     assert "--encoder-ffn-embed-dim" in t and "--encoder-hidden-size" not in t
     assert "--encoder-hidden-size" in l and "--encoder-ffn-embed-dim" not in l
     # only options the arch accepts (the transformer has no --decoder-input-dim)
@@ -51,21 +52,21 @@ def test_dim_overrides_by_family():
     # an option given by the system wins: it comes after the override
     idx = [i for i, a in enumerate(t) if a == "--encoder-layers"]
     assert t[idx[-1] + 1] == "3"
-    args = B._parse(t)
+    args = systems._parse(t)
     assert args.encoder_layers == 3 and args.encoder_embed_dim == 64 and args.share_all_embeddings
-    assert B.model_family(args) == "transformer" and B.model_family(B._parse(l)) == "lstm"
+    assert systems.model_family(args) == "transformer" and systems.model_family(systems._parse(l)) == "lstm"
     # base: the transformer keeps its own (base) defaults, the lstm gets Iida et al.'s base
-    lb = B._parse(B.build_argv("--arch lstm", "base", "/nonexistent"))
+    lb = systems._parse(systems.build_argv("--arch lstm", "base", "/nonexistent"))
     assert (lb.encoder_hidden_size, lb.decoder_hidden_size, lb.encoder_bidirectional) == (512, 1024, True)
-    assert "--no-share-all-embeddings" not in B.build_argv("--arch transformer --no-share-all-embeddings", "tiny", "/x")
-    assert "--share-all-embeddings" not in B.build_argv("--arch transformer --no-share-all-embeddings", "tiny", "/x")
+    unshared = systems.build_argv("--arch transformer --no-share-all-embeddings", "tiny", "/x")
+    assert "--no-share-all-embeddings" not in unshared and "--share-all-embeddings" not in unshared
 
 
 def test_batches_are_deterministic_and_fairseq_shaped():
-    d = B.make_dictionary(100)
+    d = systems.make_dictionary(100)
     assert len(d) == 100
-    a = B.make_batches(d, 10, 3, 2, seed=1, device="cpu")
-    b = B.make_batches(d, 10, 3, 2, seed=1, device="cpu")
+    a = batches.make_batches(d, 10, 3, 2, seed=1, device="cpu")
+    b = batches.make_batches(d, 10, 3, 2, seed=1, device="cpu")
     for x, y in zip(a, b):
         assert torch.equal(x["net_input"]["src_tokens"], y["net_input"]["src_tokens"])
         assert torch.equal(x["target"], y["target"])

@@ -1,10 +1,22 @@
-"""fairseq_ctx.evaluate: every sentence accounted for, corpus order, sacreBLEU with signature."""
+"""fairseq-ctx-evaluate (fairseq_ctx/evaluation/): every sentence accounted for, corpus order,
+sacreBLEU with signature; --paper defaults from the one table the reproduction evaluates with,
+explicit options winning, and no second evaluation command."""
+import dataclasses
+import json
+import os
+import re
+
 import pytest
 
-from fairseq_ctx.evaluate import evaluate, parse_hypotheses, score
-from tests.conftest import TINY_TEST_SENTENCES
+from fairseq_ctx import cli
+from fairseq_ctx.evaluation import command, defaults
+from fairseq_ctx.evaluation.generate import parse_hypotheses
+from fairseq_ctx.evaluation.scoring import score
+from fairseq_ctx.reproduce import runner, tables
+from tests.conftest import ROOT, TINY_TEST_SENTENCES
 
 GENERATE_OUTPUT = "S-1\tb\nH-1\t-0.5\tsecond\nD-1\t-0.5\tsecond\nS-0\ta\nH-0\t-0.1\tfirst\n"
+SETTINGS = ("beam", "lenpen", "average_last", "max_len_a", "max_len_b", "compound_split")
 
 
 def test_hypotheses_are_returned_in_corpus_order():
@@ -27,17 +39,160 @@ def test_score_reports_sacrebleu_signature_and_tokenizer_per_language():
     assert "tok:zh" in score(["猫坐在垫子上。"], ["猫坐在垫子上。"], "zh")["signature"]
 
 
-def test_stock_transformer_cli_roundtrip_then_evaluate_every_sentence(cli_roundtrip, tiny_corpus, tmp_path):
+# -- --paper: one table of settings, shared with the reproduction ------------------------------------
+
+
+@pytest.fixture
+def files(tmp_path):
+    for name in ("bin", "ckpts"):
+        (tmp_path / name).mkdir()
+    for name in ("ref", "src", "ckpt.pt"):
+        (tmp_path / name).write_text("x\n")
+    return tmp_path
+
+
+def _parse(files, *options, checkpoint=("--save-dir",)):
+    where = [*checkpoint, str(files / ("ckpts" if checkpoint == ("--save-dir",) else "ckpt.pt"))]
+    return command.parse(["--data", str(files / "bin"), *where, "--src", "en", "--tgt", "de", "--ref",
+                          str(files / "ref"), "--out-dir", str(files / "out"), *options])
+
+
+def _settings(args):
+    return {name: getattr(args, name) for name in SETTINGS}
+
+
+def _eval_commands(table_key):
+    """The evaluation commands fairseq-ctx-reproduce TABLE runs (its default options)."""
+    table = tables.TABLES[table_key]
+    options = runner.build_parser(table).parse_args([])
+    options.train_extra = []
+    return [runner.eval_command(cell, cell.subsets[0])
+            for cell in runner.build_cells(table, table.rows[:1], options, "/results", "/data")]
+
+
+def _option(cmd, name):
+    return cmd[cmd.index(name) + 1]
+
+
+@pytest.mark.parametrize("key", sorted(k for k, t in tables.TABLES.items() if t.columns))
+def test_paper_defaults_are_what_the_reproduction_evaluates_with(key, files):
+    table = tables.TABLES[key]
+    args = _parse(files, "--paper", table.paper)
+    assert _settings(args) == {name: getattr(table.evaluation, name) for name in SETTINGS}
+    assert args.checkpoint == table.evaluation.checkpoint
+    for cmd in _eval_commands(key):  # the runner's command spells out the same values
+        assert _option(cmd, "--paper") == table.paper
+        for name in SETTINGS:
+            assert _option(cmd, "--" + name.replace("_", "-")) == str(getattr(args, name)), (key, name)
+
+
+def test_a_changed_paper_setting_changes_the_command_and_the_reproduction_alike(files, monkeypatch):
+    """The numbers exist once: change cao's entry and fairseq-ctx-evaluate --paper cao, the Cao
+    tables, their evaluation commands and their footers all follow."""
+    changed = dataclasses.replace(defaults.PAPER_DEFAULTS["cao"], beam=7, lenpen=0.9, average_last=3, max_len_a=1.5,
+                                  max_len_b=20, compound_split="yes")
+    monkeypatch.setitem(defaults.PAPER_DEFAULTS, "cao", changed)
+    want = {name: getattr(changed, name) for name in SETTINGS}
+    assert _settings(_parse(files, "--paper", "cao")) == want
+    for key in ("cao_table1", "cao_table2"):
+        assert tables.TABLES[key].evaluation == changed
+        for cmd in _eval_commands(key):
+            assert {name: _option(cmd, "--" + name.replace("_", "-")) for name in SETTINGS} == \
+                {name: str(value) for name, value in want.items()}
+        footer = " ".join(tables.assumptions(tables.TABLES[key]))
+        assert "average of the last 3 checkpoints" in footer and "beam 7" in footer and "length penalty 0.9" in footer
+        assert "--max-len-a 1.5 --max-len-b 20" in footer
+    assert _settings(_parse(files, "--paper", "yang2019"))["beam"] == defaults.PAPER_DEFAULTS["yang2019"].beam != 7
+
+
+def test_without_paper_the_demo_defaults(files):
+    args = _parse(files)
+    demo = defaults.PAPER_DEFAULTS["demo"]
+    assert args.paper == "demo" == defaults.DEFAULT_PAPER
+    assert _settings(args) == {name: getattr(demo, name) for name in SETTINGS}
+    # what scripts/demo.sh evaluated before: fairseq-generate's own lenpen and length bound, beam 5,
+    # the last checkpoint (the demo trains with --disable-validation: there is no checkpoint_best.pt)
+    assert (args.beam, args.lenpen, args.max_len_a, args.max_len_b) == (5, 1.0, 0, 200)
+    assert args.average_last == 0 and args.checkpoint == "checkpoint_last.pt"
+
+
+def test_explicit_options_override_the_paper(files):
+    args = _parse(files, "--paper", "yang2019", "--beam", "9", "--lenpen", "1.2", "--max-len-b", "300",
+                  "--compound-split", "no")
+    yang = defaults.PAPER_DEFAULTS["yang2019"]
+    assert (args.beam, args.lenpen, args.max_len_b, args.compound_split) == (9, 1.2, 300, "no")
+    assert (args.max_len_a, args.average_last) == (yang.max_len_a, yang.average_last)  # the rest: the paper's
+    assert _parse(files, "--paper", "yang2019", "--average-last", "0").average_last == 0
+    assert _parse(files, "--paper", "iida2019", "--average-last", "2").average_last == 2
+    # a checkpoint file is evaluated as it is: the paper's averaging does not apply
+    assert _parse(files, "--paper", "yang2019", checkpoint=("--path",)).average_last == 0
+
+
+def _fails(capsys, argv):
+    with pytest.raises(SystemExit) as exit_:
+        cli.evaluate(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1, err
+    return errors[0]
+
+
+def test_unknown_paper_is_one_clear_error_with_exit_2(files, capsys):
+    base = ["--data", str(files / "bin"), "--save-dir", str(files / "ckpts"), "--src", "en", "--tgt", "de",
+            "--ref", str(files / "ref"), "--out-dir", str(files / "out")]
+    line = _fails(capsys, ["--paper", "vaswani2017", *base])
+    assert "--paper" in line and "'vaswani2017'" in line and all(p in line for p in defaults.PAPER_DEFAULTS)
+    without_save_dir = base[:2] + base[4:]
+    assert "--average-last" in _fails(capsys, ["--path", str(files / "ckpt.pt"), "--average-last", "3", *without_save_dir])
+    assert "--source" in _fails(capsys, ["--length-buckets", *base])
+    assert not (files / "out").exists()
+
+
+def test_help_lists_every_papers_defaults(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.evaluate(["--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and out.startswith("usage: fairseq-ctx-evaluate")
+    for paper, s in defaults.PAPER_DEFAULTS.items():
+        row = next(line.split() for line in out.splitlines() if line.split()[:1] == [paper])
+        assert [str(s.beam), str(s.lenpen)] == row[1 + (paper == defaults.DEFAULT_PAPER):][:2], (paper, row)
+        assert f"{s.max_len_a} / {s.max_len_b}" in " ".join(row) and row[-1] == s.compound_split
+        assert (f"average of the last {s.average_last}" if s.average_last else s.checkpoint) in " ".join(row)
+
+
+def test_one_evaluation_command():
+    """fairseq-ctx-bleu and its module are gone; fairseq-ctx-evaluate is the one command."""
+    with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as handle:
+        entries = dict(re.findall(r'"(fairseq-ctx-[\w-]+) = ([\w.:]+)"', handle.read()))
+    assert entries["fairseq-ctx-evaluate"] == "fairseq_ctx.cli:evaluate"
+    assert not [name for name in entries if "bleu" in name] and not hasattr(cli, "bleu")
+    assert not any(target.startswith("fairseq_ctx.evaluate") for target in entries.values())
+    for gone in ("fairseq_ctx/evaluate.py", "fairseq_ctx/analysis/evaluation.py", "scripts/eval"):
+        assert not os.path.exists(os.path.join(ROOT, gone)), gone
+
+
+# -- end to end ---------------------------------------------------------------------------------------
+
+
+def test_stock_transformer_cli_roundtrip_then_evaluate_every_sentence(cli_roundtrip, tiny_corpus, tmp_path, capsys):
     """Foundation check: train -> resume -> generate -> interactive on real data, then score."""
     arch = ["--arch", "transformer", "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
             "--encoder-layers", "1", "--encoder-attention-heads", "2", "--decoder-embed-dim", "16",
             "--decoder-ffn-embed-dim", "32", "--decoder-layers", "1", "--decoder-attention-heads", "2"]
     result = cli_roundtrip(arch)
     assert len(result["hypotheses"]) == TINY_TEST_SENTENCES
-    checkpoint = str(tmp_path / "checkpoints" / "checkpoint_last.pt")
-    scored = evaluate(str(tiny_corpus / "bin"), checkpoint, "zh", "en", str(tiny_corpus / "raw" / "test.en"),
-                      beam=2, out_dir=str(tmp_path / "eval"), extra_args=["--max-len-b", "10"])
-    assert scored["sentences"] == TINY_TEST_SENTENCES and 0.0 <= scored["bleu"] <= 100.0
-    assert scored["signature"].startswith("nrefs:1|") and (tmp_path / "eval" / "bleu.json").exists()
-    with open(tmp_path / "eval" / "hyp.detok.en", encoding="utf-8") as handle:
+    out = tmp_path / "eval"
+    # no --paper: the demo's settings, its checkpoint (checkpoint_last.pt) of --save-dir
+    cli.evaluate(["--data", str(tiny_corpus / "bin"), "--save-dir", str(tmp_path / "checkpoints"), "--src", "zh",
+                  "--tgt", "en", "--ref", str(tiny_corpus / "raw" / "test.en"), "--beam", "2", "--out-dir", str(out),
+                  "--", "--max-len-b", "10"])
+    printed = capsys.readouterr().out
+    scored = json.loads((out / "result.json").read_text())
+    assert scored["sentences"] == TINY_TEST_SENTENCES and 0.0 <= scored["sacrebleu"]["bleu"] <= 100.0
+    assert scored["checkpoint"].endswith("checkpoint_last.pt") and scored["paper"] == "demo"
+    assert scored["generation"]["beam"] == 2 and scored["tokenized"]["bleu"] >= 0.0
+    assert scored["sacrebleu"]["signature"].startswith("nrefs:1|")
+    assert f"({scored['sacrebleu']['signature']})" in printed and f"{TINY_TEST_SENTENCES} sentences" in printed
+    with open(out / "hyp.detok.en", encoding="utf-8") as handle:
         assert len(handle.read().splitlines()) == TINY_TEST_SENTENCES

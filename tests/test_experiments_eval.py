@@ -5,8 +5,8 @@ import os
 import pytest
 import torch
 
-from fairseq_ctx.analysis import scoring
-from fairseq_ctx.analysis.average import average_checkpoints, last_checkpoints
+from fairseq_ctx.evaluation import scoring
+from fairseq_ctx.evaluation.average import average_checkpoints, last_checkpoints
 from fairseq_ctx.reproduce import train
 
 

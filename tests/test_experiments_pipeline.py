@@ -52,7 +52,8 @@ def test_two_cpu_processes_train_through_fairseq_distributed(distributed_run):
 def test_evaluate_averages_checks_every_sentence_and_scores_with_significance(distributed_run, tiny_corpus):
     tmp, save_dir, _ = distributed_run
     results = tmp / "results"
-    table = tables.Table("testpaper", "t", "tiny", [tables.Column("Zh-En", "tatoeba", "zh", "en")], [
+    # a table of the demo's evaluation settings (a table's paper decides them: evaluation/defaults.py)
+    table = tables.Table("demo", "t", "tiny", [tables.Column("Zh-En", "tatoeba", "zh", "en")], [
         tables.Row("base", "first checkpoint", "unused", {"Zh-En": 1.0}),
         tables.Row("avg", "average of the last 2", "unused", {"Zh-En": 2.0}),
         tables.Row("never", "never trained", "unused", {"Zh-En": 3.0}),
@@ -60,7 +61,7 @@ def test_evaluate_averages_checks_every_sentence_and_scores_with_significance(di
     cells = {row.key: runner.Cell(table, row, table.columns[0], str(results / row.key), str(tiny_corpus), ["test"], [], None)
              for row in table.rows}
     out = {key: cell.eval_dir("test") for key, cell in cells.items()}
-    common = [sys.executable, os.path.join(ROOT, "scripts", "eval", "evaluate.py"), "--data", str(tiny_corpus / "bin"),
+    common = [sys.executable, os.path.join(ROOT, "scripts", "evaluate.py"), "--data", str(tiny_corpus / "bin"),
               "--src", "zh", "--tgt", "en", "--ref", str(tiny_corpus / "raw" / "test.en"),
               "--source", str(tiny_corpus / "raw" / "test.zh"), "--beam", "2", "--max-len-b", "12",
               "--length-buckets", "--bootstrap-samples", "100"]

@@ -33,7 +33,7 @@ def test_dry_run_prints_train_and_eval_for_every_cell(key, tmp_path, capsys):
                              "--data-root", "/data"])
     out = capsys.readouterr().out
     trains = [line for line in out.splitlines() if "fairseq_cli.train" in line]
-    evals = [line for line in out.splitlines() if "fairseq_ctx.analysis.evaluation" in line]
+    evals = [line for line in out.splitlines() if "-m fairseq_ctx.evaluation " in line]
     assert len(trains) == len(table.rows) * len(table.columns)
     assert len(evals) == len(trains) if table.kind != "length" else len(evals) >= len(trains)
     batches = [line for line in out.splitlines() if "effective batch:" in line]

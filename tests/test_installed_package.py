@@ -14,7 +14,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = [
     "fairseq-ctx-reproduce", "fairseq-ctx-rehearsal", "fairseq-ctx-train", "fairseq-ctx-prepare-data",
-    "fairseq-ctx-evaluate", "fairseq-ctx-bleu", "fairseq-ctx-average-checkpoints", "fairseq-ctx-benchmark",
+    "fairseq-ctx-evaluate", "fairseq-ctx-average-checkpoints", "fairseq-ctx-benchmark",
     "fairseq-ctx-quality-compare", "fairseq-ctx-make-concat-context", "fairseq-ctx-strip-concat-context",
     "fairseq-ctx-gate-statistics", "fairseq-ctx-routing-statistics", "fairseq-ctx-length-buckets",
 ]
@@ -92,6 +92,7 @@ def test_wheel_ships_configs_scripts_license_and_entry_points(installed):
     assert "fairseq-ctx" in metadata.split("\n\n", 1)[1], "no long description (README)"
     for command in COMMANDS:
         assert f"{command} =" in entry_points, command
+    assert "fairseq-ctx-bleu" not in entry_points  # one evaluation command: fairseq-ctx-evaluate
 
 
 def test_installed_copy_shadows_the_checkout(installed):
@@ -138,7 +139,10 @@ def test_data_preparation_runs_the_shipped_scripts(installed):
 
 def test_evaluation_and_text_tools(installed, tmp_path):
     run = installed["run"]
-    assert "--average-last" in run(_script(installed, "fairseq-ctx-evaluate"), "--help").stdout
+    usage = run(_script(installed, "fairseq-ctx-evaluate"), "--help").stdout
+    assert "--average-last" in usage and "--paper {demo,yang2019,cao,wang2019,iida2019}" in usage
+    assert "iida2019" in usage.split("Each paper's defaults")[1]
+    assert not os.path.exists(os.path.join(installed["bin"], "fairseq-ctx-bleu"))
     hyp = tmp_path / "hyp.txt"
     hyp.write_text("previous <CONCAT> current one\nonly\n", encoding="utf-8")
     run(_script(installed, "fairseq-ctx-strip-concat-context"), hyp, "-o", tmp_path / "out.txt")

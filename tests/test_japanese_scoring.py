@@ -1,8 +1,8 @@
 """BLEU of a Japanese target: sacreBLEU's ja-mecab tokenizer (needs mecab-python3 + ipadic,
 the sacrebleu[ja] extra, in requirements/tools.txt) and the papers' tokenised BLEU
 (fugashi + unidic-lite)."""
-from fairseq_ctx.analysis import scoring
-from fairseq_ctx.evaluate import sacrebleu_tokenizer, score
+from fairseq_ctx.evaluation import scoring
+from fairseq_ctx.evaluation.scoring import sacrebleu_tokenizer, score
 
 REFERENCES = ["私は昨日友達と映画を見に行きました。", "この本はとても面白いです。", "駅までどのくらいかかりますか。"]
 HYPOTHESES = ["私は昨日友達と映画を見ました。", "この本はとても面白い。", "駅までどれくらいかかりますか。"]

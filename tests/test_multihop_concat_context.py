@@ -120,12 +120,12 @@ def test_strip_finds_a_marker_glued_to_words(line, expected):
 
 
 def test_evaluation_strips_sentencepiece_decoded_hypotheses_through_the_package():
-    from fairseq_ctx.analysis import evaluation
+    from fairseq_ctx.evaluation.command import strip_concat
 
     # what fairseq's sentencepiece removal makes of "\u2581prev <CONCAT> \u2581cur \u2581words"
     decoded = "\u2581prev <CONCAT> \u2581cur \u2581words".replace(" ", "").replace("\u2581", " ").strip()
     assert decoded == "prev<CONCAT> cur words"
-    assert evaluation.strip_concat([decoded, "first sentence"]) == ["cur words", "first sentence"]
+    assert strip_concat([decoded, "first sentence"]) == ["cur words", "first sentence"]
 
 
 def test_strip_cli_round_trips_the_concat_tool(tmp_path):

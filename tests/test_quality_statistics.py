@@ -332,7 +332,7 @@ def _loss(arch, seed, u):
 
 
 class Fakes:
-    """fairseq-train / fairseq_ctx.evaluate stand-ins that behave like them where the
+    """fairseq-train / fairseq-ctx-evaluate stand-ins that behave like them where the
     driver cares: checkpoint names, epoch ends, validation lines, resume."""
 
     def __init__(self, configs, refs):

@@ -177,20 +177,19 @@ def test_checkpoints_kept_are_what_evaluation_uses():
     for key, table in tables.TABLES.items():
         for cell in _cells(key):
             cmd = cell.train_cmd
-            if table.average_last:
+            if table.evaluation.average_last:
                 keep = int(cmd[len(cmd) - 1 - cmd[::-1].index("--keep-interval-updates") + 1])
-                assert keep == table.average_last, (key, cell.name)
+                assert keep == table.evaluation.average_last, (key, cell.name)
                 assert "--no-epoch-checkpoints" in cmd
             else:  # checkpoint_best (+ checkpoint_last to resume)
                 assert "--no-epoch-checkpoints" in cmd and "--keep-interval-updates" not in cmd, (key, cell.name)
 
 
-def test_evaluation_length_bound_is_relative_to_the_source():
-    from fairseq_ctx.analysis.evaluation import build_parser
-
-    args = build_parser().parse_args(["--data", "D", "--src", "ja", "--tgt", "en", "--ref", "R", "--out-dir", "O"])
+@pytest.mark.parametrize("key", sorted(k for k, t in tables.TABLES.items() if t.columns))
+def test_evaluation_length_bound_is_relative_to_the_source(key):
+    ev = tables.TABLES[key].evaluation
     # a 130-word source (the longest bucket of Iida Tables 3-4) gets room for a longer output
-    assert args.max_len_a >= 1.5 and args.max_len_a * 130 + args.max_len_b > 200
+    assert ev.max_len_a >= 1.5 and ev.max_len_a * 130 + ev.max_len_b > 200
 
 
 # -- failing cells fail the command ----------------------------------------------------------------
@@ -232,7 +231,7 @@ def _fake_cell(table, row, column, root, hyps, refs):
         handle.writelines(r + "\n" for r in refs)
     with open(os.path.join(cell.eval_dir(column.subset), f"hyp.detok.{column.tgt}"), "w") as handle:
         handle.writelines(h + "\n" for h in hyps)
-    from fairseq_ctx.analysis.scoring import tokenized_bleu
+    from fairseq_ctx.evaluation.scoring import tokenized_bleu
 
     result = {"tokenized": tokenized_bleu(hyps, refs, column.tgt),
               "sacrebleu": {"bleu": 1.0, "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"}}
@@ -415,7 +414,7 @@ def test_on_several_nodes_node_0_trains_every_cell_before_evaluating(tmp_path, m
     calls = []
 
     def fake_run(cmd, log_path, env):
-        calls.append("eval" if "fairseq_ctx.analysis.evaluation" in cmd else "train")
+        calls.append("eval" if "fairseq_ctx.evaluation" in cmd else "train")
         return 0 if calls[-1] == "train" else 1
 
     monkeypatch.setattr(runner, "_run_logged", fake_run)
@@ -423,11 +422,21 @@ def test_on_several_nodes_node_0_trains_every_cell_before_evaluating(tmp_path, m
     assert calls[:len(cells)] == ["train"] * len(cells) and set(calls[len(cells):]) == {"eval"}
 
 
-def test_changed_evaluation_settings_are_evaluated_afresh():
+def test_changed_evaluation_settings_are_evaluated_afresh(monkeypatch):
     import dataclasses
 
-    table = tables.TABLES["yang2019_table1"]
+    from fairseq_ctx.evaluation import defaults
+
     cell = _cells("yang2019_table1")[0]
-    other = dataclasses.replace(cell, table=dataclasses.replace(table, beam=table.beam + 1))
-    assert other.train_dir == cell.train_dir and other.eval_dir("test") != cell.eval_dir("test")
-    assert dataclasses.replace(cell).eval_dir("test") == cell.eval_dir("test")
+    before = cell.eval_dir("test")
+    assert dataclasses.replace(cell).eval_dir("test") == before
+    settings = defaults.PAPER_DEFAULTS["yang2019"]
+    for change in ({"beam": settings.beam + 1}, {"lenpen": 1.0}, {"average_last": 0}, {"max_len_b": 50},
+                   {"compound_split": "no"}):
+        monkeypatch.setitem(defaults.PAPER_DEFAULTS, "yang2019", dataclasses.replace(settings, **change))
+        assert cell.eval_dir("test") != before and cell.train_dir == _cells("yang2019_table1")[0].train_dir, change
+    monkeypatch.setitem(defaults.PAPER_DEFAULTS, "yang2019", dataclasses.replace(settings, average_last=0))
+    without_average = cell.eval_dir("test")
+    monkeypatch.setitem(defaults.PAPER_DEFAULTS, "yang2019",
+                        dataclasses.replace(settings, average_last=0, checkpoint="checkpoint_last.pt"))
+    assert cell.eval_dir("test") != without_average

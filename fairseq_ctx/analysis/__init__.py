@@ -1,1 +1,3 @@
-"""Evaluation and analysis used by scripts/eval, scripts/analysis and scripts/reproduce."""
+"""Analysis of trained models and runs: gate / routing statistics (model_statistics.py), seed-level
+statistics (seed_statistics.py), learning curves (learning_curves.py). Evaluation (BLEU, bootstrap,
+BLEU by length, checkpoint averaging) is fairseq_ctx/evaluation/."""

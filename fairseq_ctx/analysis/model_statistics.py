@@ -25,7 +25,7 @@ from collections import defaultdict
 import torch
 
 from ..atomic import atomic_write
-from .scoring import markdown_table
+from ..evaluation.scoring import markdown_table
 
 USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

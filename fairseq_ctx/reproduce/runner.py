@@ -163,16 +163,20 @@ def train_dir_of(results, table, row, column, hw_tag, key):
     return os.path.join(results, hw_tag, _slug(f"{config}-{key}"), _slug(data))
 
 
-MAX_LEN_A, MAX_LEN_B = 2, 10  # output bound relative to the source (Iida's long buckets)
-
-
 def evaluation_key(table, column):
     """6 hex digits of what decides a cell's scores besides the model: checkpoint choice,
     beam, length penalty, output bound, BPE removal, 2-to-2 stripping. Two tables evaluating
     one training with other settings get their own eval directories; a changed setting is
-    evaluated afresh instead of reusing a result.json of the old one."""
-    settings = (f"average_last={table.average_last} beam={table.beam} lenpen={table.lenpen} max_len_a={MAX_LEN_A} "
-                f"max_len_b={MAX_LEN_B} remove_bpe={column.remove_bpe} strip_concat={column.strip_concat}")
+    evaluated afresh instead of reusing a result.json of the old one. (The checkpoint file and
+    compound splitting enter the hashed text only where they differ from checkpoint_best.pt /
+    auto, their values before they became settings: existing eval directories keep their names.)"""
+    ev = table.evaluation
+    settings = (f"average_last={ev.average_last} beam={ev.beam} lenpen={ev.lenpen} max_len_a={ev.max_len_a} "
+                f"max_len_b={ev.max_len_b} remove_bpe={column.remove_bpe} strip_concat={column.strip_concat}")
+    if not ev.average_last and ev.checkpoint != "checkpoint_best.pt":
+        settings += f" checkpoint={ev.checkpoint}"
+    if ev.compound_split != "auto":
+        settings += f" compound_split={ev.compound_split}"
     return hashlib.sha1(settings.encode()).hexdigest()[:6]
 
 
@@ -255,16 +259,17 @@ def raw_path(cell, subset, lang):
 
 
 def eval_command(cell, subset, python=sys.executable):
+    """fairseq-ctx-evaluate --paper P with the table's settings spelled out (the same entries
+    of fairseq_ctx/evaluation/defaults.py: the command line says what the cell is scored with)."""
     table, row, column = cell.table, cell.row, cell.column
-    cmd = [python, "-m", "fairseq_ctx.analysis.evaluation", "--data", cell.bin_dir,
+    ev = table.evaluation
+    cmd = [python, "-m", "fairseq_ctx.evaluation", "--paper", table.paper, "--data", cell.bin_dir,
            "--save-dir", os.path.join(cell.train_dir, "checkpoints"), "--src", column.src, "--tgt", column.tgt,
            "--subset", subset, "--ref", raw_path(cell, subset, column.tgt), "--source", raw_path(cell, subset, column.src),
-           "--beam", str(table.beam), "--lenpen", str(table.lenpen), "--max-len-a", str(MAX_LEN_A),
-           "--max-len-b", str(MAX_LEN_B), "--length-buckets",
-           "--name", row.label, "--out-dir", cell.eval_dir(subset),
+           "--average-last", str(ev.average_last), "--beam", str(ev.beam), "--lenpen", str(ev.lenpen),
+           "--max-len-a", str(ev.max_len_a), "--max-len-b", str(ev.max_len_b), "--compound-split", ev.compound_split,
+           "--length-buckets", "--name", row.label, "--out-dir", cell.eval_dir(subset),
            "--provenance", os.path.join(cell.train_dir, "train.json")]
-    if table.average_last:
-        cmd += ["--average-last", str(table.average_last)]
     if column.remove_bpe:
         cmd += ["--remove-bpe", column.remove_bpe]
     if column.strip_concat:

@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from ..evaluation.defaults import PAPER_DEFAULTS, EvalSettings
 from . import paper_tables  # the papers' own numbers and marks, as printed
 
 
@@ -56,9 +57,6 @@ class Table:
     rows: List[Row]
     baseline: Optional[str] = "base"  # row key used for paired bootstrap; None = no significance
     metric: str = "BLEU"
-    average_last: int = 5
-    beam: int = 4
-    lenpen: float = 0.6
     params: bool = False  # a parameter-count table
     vocab: Optional[Dict[str, int]] = None  # parameter tables: assumed dictionary sizes (see params.py)
     kind: str = "bleu"  # bleu | params | length (BLEU per source-length bucket, rows = buckets)
@@ -71,6 +69,16 @@ class Table:
     @property
     def key(self):
         return f"{self.paper}_{self.name}"
+
+    @property
+    def evaluation(self) -> EvalSettings:
+        """The paper's evaluation settings (beam, length penalty, checkpoint averaging, output
+        bound, tokenised BLEU): fairseq_ctx/evaluation/defaults.py, where fairseq-ctx-evaluate
+        --paper reads them too."""
+        if self.paper not in PAPER_DEFAULTS:
+            raise KeyError(f"no evaluation settings for paper {self.paper!r}: add them to "
+                           "fairseq_ctx/evaluation/defaults.py")
+        return PAPER_DEFAULTS[self.paper]
 
 
 EN_DE = Column("En-De", "wmt14-en-de", "en", "de")
@@ -242,7 +250,7 @@ TABLES: Dict[str, Table] = {
                              IIDA_COLUMNS, [Row(k, label, f"iida2019/{cfg}", dict(zip([c.name for c in IIDA_COLUMNS], bleu)),
                                                 claims=claims)
                                             for k, label, cfg, bleu, _, claims in _iida_rows()],
-                             average_last=0, beam=5, lenpen=1.0, marks=("\u2020", "\u2021")),
+                             marks=("\u2020", "\u2021")),
     "iida2019_table5": Table("iida2019", "table5", "Iida et al. 2019, Table 5 (model parameters)", [], [
         Row(k, label, f"iida2019/{cfg}", {"Parameter": params}, claims=claims)
         for k, label, cfg, _, params, claims in _iida_rows()],
@@ -254,8 +262,8 @@ _IIDA_LENGTH_ROWS = [r for r in TABLES["iida2019_table2"].rows if r.key in ("bas
 for _key, _column, _direction in (("iida2019_table3", ASPEC_JA_EN, "ja -> en"), ("iida2019_table4", ASPEC_EN_JA, "en -> ja")):
     TABLES[_key] = Table("iida2019", _key.split("_")[1], f"Iida et al. 2019, Table {_key[-1]} "
                          f"(BLEU per sentence length, ASPEC {_direction})", [_column],
-                         [dataclasses.replace(r, paper={}) for r in _IIDA_LENGTH_ROWS], average_last=0, beam=5,
-                         lenpen=1.0, kind="length", baselines=[("base", "\u2020", "\u2021"), ("transformer", "*", "**")])
+                         [dataclasses.replace(r, paper={}) for r in _IIDA_LENGTH_ROWS], kind="length",
+                         baselines=[("base", "\u2020", "\u2021"), ("transformer", "*", "**")])
 # Yang Table 1 and Wang Table 1 are BLEU tables with a "# Para." column: params() fills it.
 for _key in ("yang2019_table1", "wang2019_table1"):
     TABLES[_key].params = True
@@ -307,7 +315,7 @@ def _read_lines(path):
 
 def significance(cell, baseline_cell, subset=None):
     """Paired bootstrap of a cell against its baseline cell (None if either is missing)."""
-    from ..analysis.scoring import paired_bootstrap
+    from ..evaluation.scoring import compound_flag, paired_bootstrap
 
     subset = subset or cell.column.subset
     if baseline_cell is None or not (cell.evaluated(subset) and baseline_cell.evaluated(subset)):
@@ -318,7 +326,8 @@ def significance(cell, baseline_cell, subset=None):
     from .runner import raw_path
 
     ref = raw_path(cell, subset, column.tgt)
-    return paired_bootstrap(_read_lines(base), _read_lines(hyp), _read_lines(ref), column.tgt, tokenized=True)
+    return paired_bootstrap(_read_lines(base), _read_lines(hyp), _read_lines(ref), column.tgt, tokenized=True,
+                            compound=compound_flag(cell.table.evaluation.compound_split))
 
 
 def baseline_key(table, row):
@@ -340,7 +349,7 @@ def format_table(table: Table, cells, param_counts=None, speed=None, header_note
     """Markdown in the paper's layout: the paper's number beside ours in every column."""
     if table.kind == "length":
         return format_length_table(table, cells, header_note)
-    from ..analysis.scoring import markdown_table, significance_mark
+    from ..evaluation.scoring import markdown_table, significance_mark
     from .runner import load_result
 
     by = {(c.row.key, c.column.name): c for c in cells}
@@ -421,7 +430,7 @@ def format_length_table(table, cells, header_note=""):
     """Iida Tables 3-4: one row per source-length bucket (the paper's buckets and any more we
     have), the paper's and our BLEU per system, marks against each of the table's baselines,
     and the number of sentences per bucket."""
-    from ..analysis.scoring import markdown_table
+    from ..evaluation.scoring import markdown_table
     from .runner import length_subsets
 
     by = {c.row.key: c for c in cells}
@@ -503,16 +512,19 @@ def assumptions(table):
     """Evaluation choices the paper does not state, labelled as ours."""
     unstated = " ".join(paper_tables.PAPERS[table.paper].unstated) if paper_tables and \
         table.paper in paper_tables.PAPERS else "checkpoint averaging checkpoint selection beam size length penalty"
+    settings = table.evaluation
     choices = [
-        ("checkpoint", f"average of the last {table.average_last} checkpoints" if table.average_last
-         else "checkpoint_best (lowest validation loss)"),
-        ("beam size", f"beam {table.beam}"),
-        ("length penalty", f"length penalty {table.lenpen}"),
+        ("checkpoint", f"average of the last {settings.average_last} checkpoints" if settings.average_last
+         else "checkpoint_best (lowest validation loss)" if settings.checkpoint == "checkpoint_best.pt"
+         else settings.checkpoint),
+        ("beam size", f"beam {settings.beam}"),
+        ("length penalty", f"length penalty {settings.lenpen}"),
     ]
     out = [f"{ours}: {'ASSUMPTION (the paper does not state it)' if what in unstated else 'as the paper states'}"
            for what, ours in choices]
-    out.append("output length bound --max-len-a 2 --max-len-b 10 (2 x source + 10 tokens): ASSUMPTION (no paper "
-               "states one; fairseq's default 200 tokens would cut long ASPEC / WMT outputs)")
+    out.append(f"output length bound --max-len-a {settings.max_len_a} --max-len-b {settings.max_len_b} "
+               f"({settings.max_len_a} x source + {settings.max_len_b} tokens): ASSUMPTION (no paper states one; "
+               "fairseq's default 200 tokens would cut long ASPEC / WMT outputs)")
     lines = ["Evaluation: " + "; ".join(out) + "."]
     if table.paper in TRAINING_INTERPRETATIONS:
         lines.append("Training: " + TRAINING_INTERPRETATIONS[table.paper])

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """BLEU by source-length bucket for several systems (table + PNG): see
-fairseq_ctx/analysis/length_buckets.py (`fairseq-ctx-length-buckets`)."""
+fairseq_ctx/evaluation/length_buckets.py (`fairseq-ctx-length-buckets`)."""
 import sys
 
 try:

@@ -13,7 +13,7 @@
 # --checksums FILE: a JSON manifest {"archives": {"en-ja.txt.zip": md5}, "counts":
 # {"opensubtitles/<split>": n}} (OPUS publishes no md5 sum; a mirror or a rehearsal can).
 # Outputs: DIR/bin (sentence-level), DIR/bin-concat (2-to-2). Score the 2-to-2 system
-# with scripts/eval/evaluate.py --strip-concat (only the part after <CONCAT> counts).
+# with fairseq-ctx-evaluate --strip-concat (only the part after <CONCAT> counts).
 set -euo pipefail
 prog=prepare-opensubtitles
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1,5 +1,7 @@
 """BLEU as the papers report it, significance, and BLEU by source length.
 
+* ``score``: sacreBLEU on the detokenised hypotheses against the raw references, with its
+  signature (tokeniser per target language: ``zh``, ``ja-mecab``, else ``13a``).
 * ``tokenized_bleu``: multi-bleu.perl-style BLEU on tokenised text (the papers' "case-
   sensitive 4-gram BLEU"): hypotheses and references are tokenised with the same
   tokeniser as the training data (Moses / jieba / MeCab), optionally compound-split
@@ -15,9 +17,18 @@ from typing import Dict, List, Optional, Sequence
 
 import sacrebleu
 
-from ..evaluate import sacrebleu_tokenizer
-
 COMPOUND = re.compile(r"(\S)-(\S)")
+
+
+def sacrebleu_tokenizer(lang):
+    return {"zh": "zh", "ja": "ja-mecab"}.get(lang, "13a")
+
+
+def score(hypotheses, references, tgt):
+    """sacreBLEU of detokenised hypotheses against the raw references, with its signature."""
+    bleu = sacrebleu.metrics.BLEU(tokenize=sacrebleu_tokenizer(tgt))
+    result = bleu.corpus_score(hypotheses, [references])
+    return {"bleu": round(result.score, 2), "signature": str(bleu.get_signature()), "text": str(result)}
 
 
 def compound_split(line: str) -> str:
@@ -56,14 +67,21 @@ def sacre_bleu(hypotheses, references, lang):
     return sacrebleu.metrics.BLEU(tokenize=sacrebleu_tokenizer(lang)).corpus_score(hypotheses, [references]).score
 
 
-def paired_bootstrap(baseline, system, references, lang, samples=1000, seed=12345, tokenized=False):
-    """p-value of ``system`` vs ``baseline`` (paired bootstrap, Koehn 2004)."""
+def compound_flag(setting: str) -> Optional[bool]:
+    """--compound-split auto / yes / no -> the ``compound`` argument (None: for German)."""
+    return {"auto": None, "yes": True, "no": False}[setting]
+
+
+def paired_bootstrap(baseline, system, references, lang, samples=1000, seed=12345, tokenized=False,
+                     compound: Optional[bool] = None):
+    """p-value of ``system`` vs ``baseline`` (paired bootstrap, Koehn 2004); ``tokenized``: on
+    tokenised BLEU, compound-split as :func:`tokenized_bleu` (``compound`` None: for German)."""
     from sacrebleu.significance import PairedTest
 
     _check(baseline, references)
     _check(system, references)
     if tokenized:
-        compound = lang == "de"
+        compound = (lang == "de") if compound is None else compound
         baseline, system = tokenize_lines(baseline, lang, compound), tokenize_lines(system, lang, compound)
         references = tokenize_lines(references, lang, compound)
         metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)
@@ -87,7 +105,8 @@ def significance_mark(p_value, delta=1.0, glyphs=("\u2191", "\u21d1")):
     return glyphs[1] if p_value < 0.01 else glyphs[0] if p_value < 0.05 else ""
 
 
-def bleu_by_length(source_lengths, hypotheses, references, lang, width=10, tokenized=True):
+def bleu_by_length(source_lengths, hypotheses, references, lang, width=10, tokenized=True,
+                   compound: Optional[bool] = None):
     """Rows {"bucket": "0-9", "sentences": n, "bleu": ...}, ascending, empty buckets omitted."""
     _check(hypotheses, references)
     if len(source_lengths) != len(references):
@@ -100,8 +119,8 @@ def bleu_by_length(source_lengths, hypotheses, references, lang, width=10, token
         ids = groups[bucket]
         hyp = [hypotheses[i] for i in ids]
         ref = [references[i] for i in ids]
-        score = tokenized_bleu(hyp, ref, lang)["bleu"] if tokenized else round(sacre_bleu(hyp, ref, lang), 2)
-        rows.append({"bucket": f"{bucket * width}-{bucket * width + width - 1}", "sentences": len(ids), "bleu": score})
+        bleu = tokenized_bleu(hyp, ref, lang, compound)["bleu"] if tokenized else round(sacre_bleu(hyp, ref, lang), 2)
+        rows.append({"bucket": f"{bucket * width}-{bucket * width + width - 1}", "sentences": len(ids), "bleu": bleu})
     return rows
 
 

@@ -1,5 +1,5 @@
 """BLEU by source-length bucket for several systems (Iida Tables 3-4, Yang Figure 5):
-table + PNG from the detokenised hypotheses that fairseq-ctx-evaluate (scripts/eval/evaluate.py) wrote.
+table + PNG from the detokenised hypotheses that fairseq-ctx-evaluate (scripts/evaluate.py) wrote.
 
 Usage: fairseq-ctx-length-buckets --source raw/test.ja --ref raw/test.en --src ja --tgt en \
            --system "RNN baseline=results/base/eval/hyp.detok.en" --system "multi-hop=..." --out-dir DIR

@@ -2,7 +2,7 @@
 is not installed with the fairseq package, so this is the same computation on the state
 dicts; fairseq upgrades old checkpoint formats itself when it loads the average).
 
-Usage: python -m fairseq_ctx.analysis.average --save-dir CKPTS --last 5 --output avg.pt
+Usage: fairseq-ctx-average-checkpoints --save-dir CKPTS --last 5 --output avg.pt
        [--by updates|epochs]   (checkpoint_<epoch>.pt or checkpoint_<epoch>_<updates>.pt)
 """
 import argparse

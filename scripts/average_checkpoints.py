@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Average the last N checkpoints: see fairseq_ctx/analysis/average.py
-(`fairseq-ctx-average-checkpoints`)."""
+"""Average the last N checkpoints: see fairseq_ctx/evaluation/average.py
+(`fairseq-ctx-average-checkpoints`; fairseq-ctx-evaluate --average-last N does it itself)."""
 import sys
 
 try:

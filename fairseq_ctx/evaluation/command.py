@@ -1,0 +1,218 @@
+"""fairseq-ctx-evaluate: evaluate one trained system as a paper does, and write everything the
+tables need.
+
+1. the checkpoint: --path FILE, or in --save-dir the average of the last N checkpoints
+   (--average-last N; fairseq_ctx/evaluation/average.py) or the paper's checkpoint file,
+2. fairseq-generate with --required-batch-size-multiple 1, and the check that every
+   sentence got exactly one hypothesis (fairseq_ctx/evaluation/generate.py),
+3. (2-to-2 systems, --strip-concat) only the part after <CONCAT> is kept,
+4. detokenised; sacreBLEU with its signature, and tokenised BLEU as the papers report it
+   (compound splitting for En-De; fairseq_ctx/evaluation/scoring.py),
+5. optional: paired bootstrap against a baseline's hypotheses (--baseline-hyp), BLEU by source
+   length (--length-buckets: length.md, length.png).
+Writes OUT/result.json, hyp.detok.<tgt>, generate.out; prints one line: BLEU (signature), tokenised
+BLEU, the number of sentences.
+
+--paper P sets beam, length penalty, checkpoint choice, output length bound and tokenised-BLEU
+compound splitting to that paper's evaluation (the table below: fairseq_ctx/evaluation/defaults.py,
+the same entries fairseq-ctx-reproduce evaluates with); an option given explicitly wins. Without
+--paper: the demo's settings. --remove-bpe and --strip-concat follow the data, not the paper
+(SentencePiece corpora: --remove-bpe sentencepiece; 2-to-2 data: --strip-concat).
+
+Usage: fairseq-ctx-evaluate [--paper P] --data BIN (--save-dir CKPTS | --path CKPT) --src en --tgt de \\
+           --ref raw/test.de --out-dir DIR [--source raw/test.en --length-buckets] \\
+           [--baseline-hyp OTHER/hyp.detok.de] [--beam N --lenpen X ...] [-- extra fairseq-generate args]
+"""
+import argparse
+import json
+import os
+import sys
+
+from ..atomic import atomic_write
+from .defaults import DEFAULT_PAPER, PAPER_DEFAULTS, defaults_table
+
+# the settings --paper decides; each option's default (None) means "the paper's"
+PAPER_OPTIONS = ("beam", "lenpen", "average_last", "max_len_a", "max_len_b", "compound_split")
+
+
+def read_lines(path):
+    with open(path, encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def strip_concat(lines):
+    from ..data.concat_context import strip_context
+
+    return [strip_context(line) for line in lines]
+
+
+def run(args):
+    """Evaluate with resolved arguments (see :func:`parse`); returns what result.json holds."""
+    from ..data.tokenize import detokenizer, tokenizer
+    from . import scoring
+    from .generate import generate, parse_hypotheses
+
+    out_dir = args.out_dir
+    os.makedirs(out_dir, exist_ok=True)
+    result = {}
+    if args.path:
+        checkpoint = args.path
+    elif args.average_last:
+        from .average import average_last
+
+        checkpoint = os.path.join(out_dir, f"average_last{args.average_last}.pt")
+        result["averaged"] = [os.path.basename(p) for p in average_last(args.save_dir, args.average_last, checkpoint)]
+    else:
+        checkpoint = os.path.join(args.save_dir, args.checkpoint)
+        if not os.path.exists(checkpoint):
+            raise SystemExit(f"evaluate: {checkpoint} not found (--paper {args.paper} evaluates {args.checkpoint}; "
+                             "pass --path for another checkpoint)")
+    references = read_lines(args.ref)
+    extra = ["--lenpen", str(args.lenpen), "--max-len-a", str(args.max_len_a), "--max-len-b", str(args.max_len_b)]
+    if args.remove_bpe:
+        extra += ["--remove-bpe", args.remove_bpe]  # overrides generate's default "@@ "
+    output = generate(args.data, checkpoint, args.src, args.tgt, args.subset, args.beam, args.batch_size,
+                      extra + list(args.extra))
+    hypotheses = parse_hypotheses(output, len(references))
+    if args.strip_concat:
+        hypotheses = strip_concat(hypotheses)
+    detok = detokenizer(args.tgt)
+    hypotheses = [detok(h) for h in hypotheses]
+    compound = scoring.compound_flag(args.compound_split)
+    result.update(checkpoint=checkpoint, subset=args.subset, beam=args.beam, sentences=len(references))
+    result["sacrebleu"] = scoring.score(hypotheses, references, args.tgt)
+    result["tokenized"] = scoring.tokenized_bleu(hypotheses, references, args.tgt, compound)
+    with atomic_write(os.path.join(out_dir, "generate.out")) as handle:
+        handle.write(output)
+    with atomic_write(os.path.join(out_dir, f"hyp.detok.{args.tgt}")) as handle:
+        handle.writelines(h + "\n" for h in hypotheses)
+    if args.baseline_hyp:
+        baseline = read_lines(args.baseline_hyp)
+        result["bootstrap"] = scoring.paired_bootstrap(baseline, hypotheses, references, args.tgt,
+                                                       samples=args.bootstrap_samples, tokenized=True,
+                                                       compound=compound)
+    if args.length_buckets:
+        tok = tokenizer(args.src)
+        lengths = [len(tok(line).split()) for line in read_lines(args.source)]
+        rows = scoring.bleu_by_length(lengths, hypotheses, references, args.tgt, width=args.bucket_width,
+                                      compound=compound)
+        result["length_buckets"] = rows
+        with atomic_write(os.path.join(out_dir, "length.md")) as handle:
+            handle.write(scoring.markdown_table(["source length", "sentences", "BLEU"],
+                                                [(r["bucket"], r["sentences"], r["bleu"]) for r in rows]))
+        try:
+            scoring.plot_length_buckets({args.name or "system": rows}, os.path.join(out_dir, "length.png"))
+        except RuntimeError as error:
+            print(f"evaluate: {error}", file=sys.stderr)
+    result["name"] = args.name
+    result["paper"] = args.paper
+    result["generation"] = {"beam": args.beam, "lenpen": args.lenpen, "max_len_a": args.max_len_a,
+                            "max_len_b": args.max_len_b, "average_last": args.average_last,
+                            "compound_split": args.compound_split}
+    if args.provenance and os.path.exists(args.provenance):
+        with open(args.provenance, encoding="utf-8") as handle:
+            result["provenance"] = json.load(handle)
+    with atomic_write(os.path.join(out_dir, "result.json")) as handle:
+        json.dump(result, handle, indent=1)
+    return result
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="fairseq-ctx-evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Each paper's defaults (--paper; explicit options win):\n" + defaults_table())
+    parser.add_argument("--paper", choices=list(PAPER_DEFAULTS), default=None,
+                        help=f"evaluate with this paper's settings (default: {DEFAULT_PAPER}; the table below)")
+    paper = " (default: the paper's, see below)"
+    parser.add_argument("--data", required=True, help="fairseq binarized data directory")
+    checkpoint = parser.add_mutually_exclusive_group(required=True)
+    checkpoint.add_argument("--save-dir", help="checkpoint directory: the paper's choice in it (average of the last N, "
+                                               "or its checkpoint file)")
+    checkpoint.add_argument("--path", help="evaluate this checkpoint file (no averaging)")
+    parser.add_argument("--average-last", type=int, default=None, metavar="N",
+                        help="with --save-dir: average its last N checkpoints (0: the paper's checkpoint file)" + paper)
+    parser.add_argument("--src", required=True)
+    parser.add_argument("--tgt", required=True)
+    parser.add_argument("--ref", required=True, help="raw (untokenised) references of the subset")
+    parser.add_argument("--source", help="raw source of the subset (for --length-buckets)")
+    parser.add_argument("--subset", default="test", help="fairseq gen-subset (default test)")
+    parser.add_argument("--beam", type=int, default=None, help="beam size" + paper)
+    parser.add_argument("--lenpen", type=float, default=None, help="length penalty" + paper)
+    parser.add_argument("--max-len-a", type=float, default=None,
+                        help="output bound: at most A x source length + B tokens" + paper)
+    parser.add_argument("--max-len-b", type=int, default=None, help="see --max-len-a" + paper)
+    parser.add_argument("--compound-split", choices=["auto", "yes", "no"], default=None,
+                        help="tokenised BLEU: split hyphenated compounds (auto: for a German target)" + paper)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--remove-bpe", default=None, help="e.g. 'sentencepiece' (default: fairseq's '@@ ')")
+    parser.add_argument("--strip-concat", action="store_true", help="2-to-2: score only the part after <CONCAT>")
+    parser.add_argument("--baseline-hyp", help="detokenised hypotheses of the baseline: paired bootstrap")
+    parser.add_argument("--bootstrap-samples", type=int, default=1000)
+    parser.add_argument("--length-buckets", action="store_true", help="BLEU by source length (needs --source)")
+    parser.add_argument("--bucket-width", type=int, default=10)
+    parser.add_argument("--name", default=None, help="the system's name in result.json and length.png")
+    parser.add_argument("--provenance", default=None,
+                        help="JSON file of the training run (setting, batch, command, versions) copied into "
+                             "result.json")
+    parser.add_argument("--out-dir", required=True, help="where result.json, hyp.detok.<tgt>, generate.out go")
+    return parser
+
+
+def resolve(args, parser):
+    """Fill every option the command line left out from the paper's defaults; check the rest."""
+    if args.path and args.average_last:
+        parser.error("--average-last averages the checkpoints of --save-dir: not with --path")
+    args.paper = args.paper or DEFAULT_PAPER
+    settings = PAPER_DEFAULTS[args.paper]
+    for name in PAPER_OPTIONS:
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(settings, name))
+    args.checkpoint = settings.checkpoint
+    if args.path:
+        args.average_last = 0  # the file given is evaluated as it is
+    if args.length_buckets and not args.source:
+        parser.error("--length-buckets needs --source (the raw source of the subset)")
+    for path in filter(None, (args.data, args.ref, args.source, args.baseline_hyp, args.path, args.save_dir)):
+        if not os.path.exists(path):
+            parser.error(f"not found: {path}")
+    return args
+
+
+def parse(argv=None):
+    """The command line (`--` then extra fairseq-generate arguments) -> resolved arguments."""
+    from ..reproduce.train import split_extra
+
+    parser = build_parser()
+    argv, extra = split_extra(argv)
+    args = parser.parse_args(argv)
+    args.extra = extra
+    return resolve(args, parser)
+
+
+def describe(args):
+    if args.path:
+        checkpoint = args.path
+    elif args.average_last:
+        checkpoint = f"average of the last {args.average_last} in {args.save_dir}"
+    else:
+        checkpoint = os.path.join(args.save_dir, args.checkpoint)
+    return (f"--paper {args.paper}: checkpoint {checkpoint}; beam {args.beam}, lenpen {args.lenpen}, "
+            f"max length {args.max_len_a} x source + {args.max_len_b}; tokenised BLEU compound-split "
+            f"{args.compound_split}")
+
+
+def evaluate(argv):
+    """The command as a function: ``evaluate(["--data", BIN, "--path", CKPT, ...])`` -> result.json's dict."""
+    return run(parse(argv))
+
+
+def main(argv=None):
+    args = parse(argv)
+    print(f"evaluate {describe(args)}", flush=True)
+    result = run(args)
+    line = (f"BLEU {result['sacrebleu']['bleu']} ({result['sacrebleu']['signature']}); "
+            f"tokenized {result['tokenized']['bleu']}; {result['sentences']} sentences")
+    if "bootstrap" in result:
+        b = result["bootstrap"]
+        line += f"; vs baseline {b['delta']:+.2f} p={b['p_value']:.4f}"
+    print(line)
