@@ -40,13 +40,16 @@ ASPEC (Iida) is licensed by application: ``aspec`` reads the local ``ASPEC-JE``
 directory. OpenSubtitles2018 Ja-En comes from OPUS (``opensubtitles``).
 """
 import argparse
-import gzip
 import hashlib
+import io
+import itertools
 import json
 import os
 import re
+import shutil
 import sys
 import tarfile
+import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -54,8 +57,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..atomic import atomic_write
 from .download import ChecksumError, DownloadError, default_cache, download
-
-SEG = re.compile(r"<seg[^>]*>(.*)</seg>", re.IGNORECASE)
+from . import streaming
+from .streaming import decoded_lines, file_lines, progress
 
 
 class CorpusError(RuntimeError):
@@ -234,23 +237,14 @@ def require_cwmt(name: str, extra_train: Sequence[str], without_cwmt: bool):
 
 
 def decode_lines(data: bytes, name: str) -> List[str]:
-    if name.endswith(".gz"):
-        data = gzip.decompress(data)
-        name = name[:-3]
-    text = data.decode("utf-8-sig", errors="replace")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if name.endswith(".sgm"):
-        # the <seg> contents, as sacreBLEU reads them (no entity unescaping)
-        return [m.group(1).strip() for m in (SEG.search(line) for line in lines) if m]
-    return [" ".join(line.replace("\r", "").split()) for line in lines]
+    """All lines of a small in-memory file (``streaming.decoded_lines``)."""
+    return list(decoded_lines(io.BytesIO(data), name))
 
 
 def _md5(path):
     digest = hashlib.md5()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
+        for block in iter(lambda: handle.read(streaming.BLOCK), b""):
             digest.update(block)
     return digest.hexdigest()
 
@@ -305,11 +299,31 @@ def locate_archive(archive: Archive, local_dir: Optional[str], cache: str, offli
 UNREADABLE = (tarfile.TarError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, OSError)
 
 
-def read_archive_pairs(archive: Archive, local_dir, cache, offline,
-                       checksums: Optional[Checksums] = None) -> List[Tuple[List[str], List[str]]]:
+def _spool(lines, path, desc):
+    """Write ``lines`` to ``path`` one at a time; return how many."""
+    count = 0
+    with open(path, "w", encoding="utf-8") as out:
+        for line in progress(lines, desc):
+            out.write(line + "\n")
+            count += 1
+    return count
+
+
+def spool_archive_pairs(archive: Archive, local_dir, cache, offline, spool_dir,
+                        checksums: Optional[Checksums] = None) -> List[Tuple[str, str, int]]:
+    """Decode every member pair of ``archive`` into ``spool_dir``, streaming (one line in
+    memory at a time, whatever the corpus size): -> [(source file, target file, lines)] in
+    the order of ``archive.members``. Members are read in the order the archive stores them
+    (a compressed tar cannot be read out of order without decompressing it again)."""
     kind, where = locate_archive(archive, local_dir, cache, offline, checksums)
+    os.makedirs(spool_dir, exist_ok=True)
     wanted = {m for pair in archive.members for m in pair}
-    contents: Dict[str, List[str]] = {}
+    spooled: Dict[str, Tuple[str, int]] = {}
+
+    def spool(member, raw, name):
+        path = os.path.join(spool_dir, f"{archive.filename}.{len(spooled)}")
+        spooled[member] = (path, _spool(decoded_lines(raw, name), path, os.path.basename(name)))
+
     if kind == "files":
         print(f"warning: {archive.filename}: using its extracted files from --local-dir "
               f"({', '.join(sorted(where.values()))}); extracted files cannot be md5-checked against the "
@@ -317,43 +331,60 @@ def read_archive_pairs(archive: Archive, local_dir, cache, offline,
         for member, path in where.items():
             try:
                 with open(path, "rb") as handle:
-                    contents[member] = decode_lines(handle.read(), path)
+                    spool(member, handle, path)
             except UNREADABLE as error:
                 raise CorpusError(f"{path}: cannot be read ({type(error).__name__}: {error}); "
                                   "a truncated or corrupt file? fetch it again") from None
     else:
         by_base = {os.path.basename(m): m for m in wanted}
-        opener = zipfile.ZipFile if where.endswith(".zip") else tarfile.open
         try:
-            with opener(where) as bundle:
-                if isinstance(bundle, zipfile.ZipFile):
-                    entries = [(name, lambda n=name: bundle.read(n)) for name in bundle.namelist()]
-                else:
-                    entries = [(info.name, lambda i=info: bundle.extractfile(i).read())
-                               for info in bundle if info.isfile()]
-                for name, read in entries:
-                    member = by_base.get(os.path.basename(name))
-                    if member is not None and member not in contents:
-                        contents[member] = decode_lines(read(), name)
+            if where.endswith(".zip"):
+                with zipfile.ZipFile(where) as bundle:
+                    for name in bundle.namelist():
+                        member = by_base.get(os.path.basename(name))
+                        if member is not None and member not in spooled:
+                            with bundle.open(name) as raw:
+                                spool(member, raw, name)
+            else:
+                with tarfile.open(where, "r|*") as bundle:  # a stream: one pass, in stored order
+                    for info in bundle:
+                        member = by_base.get(os.path.basename(info.name))
+                        if info.isfile() and member is not None and member not in spooled:
+                            spool(member, bundle.extractfile(info), info.name)
         except UNREADABLE as error:
             raise CorpusError(f"{where}: cannot read the archive ({type(error).__name__}: {error}); "
                               "a truncated or corrupt download? delete it and fetch it again") from None
-    missing = sorted(wanted - set(contents))
+    missing = sorted(wanted - set(spooled))
     if missing:
         raise CorpusError(f"{where}: does not contain {', '.join(missing)}")
     pairs = []
     for src_member, tgt_member in archive.members:
-        src, tgt = contents[src_member], contents[tgt_member]
-        if len(src) != len(tgt):
-            raise CorpusError(f"{src_member} has {len(src)} lines but {tgt_member} has {len(tgt)}")
-        pairs.append((src, tgt))
+        (src, n_src), (tgt, n_tgt) = spooled[src_member], spooled[tgt_member]
+        if n_src != n_tgt:
+            raise CorpusError(f"{src_member} has {n_src} lines but {tgt_member} has {n_tgt}")
+        pairs.append((src, tgt, n_src))
     return pairs
 
 
-def write_split(outdir, split, src_lang, tgt_lang, src_lines, tgt_lines):
-    for lang, lines in ((src_lang, src_lines), (tgt_lang, tgt_lines)):
-        with atomic_write(os.path.join(outdir, f"{split}.{lang}")) as out:
-            out.writelines(line + "\n" for line in lines)
+def read_archive_pairs(archive: Archive, local_dir, cache, offline,
+                       checksums: Optional[Checksums] = None) -> List[Tuple[List[str], List[str]]]:
+    """The member pairs of a small archive (dev / test sets) as lists of lines."""
+    with tempfile.TemporaryDirectory(prefix="fairseq-ctx-spool-") as spool_dir:
+        return [(_lines(src), _lines(tgt))
+                for src, tgt, _ in spool_archive_pairs(archive, local_dir, cache, offline, spool_dir, checksums)]
+
+
+def _lines(path):
+    with open(path, encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def _concatenate(parts, path):
+    """Concatenate spooled files into ``path`` (atomically), streaming."""
+    with atomic_write(path) as out:
+        for part in parts:
+            with open(part, encoding="utf-8") as handle:
+                shutil.copyfileobj(handle, out, streaming.BLOCK)
 
 
 def prepare_wmt(name, outdir, local_dir=None, cache=None, offline=False, extra_train=(), reverse=False,
@@ -362,36 +393,58 @@ def prepare_wmt(name, outdir, local_dir=None, cache=None, offline=False, extra_t
     require_cwmt(name, extra_train, without_cwmt)
     checksums = checksums or Checksums()
     cache = cache or default_cache()
-    src_lang, tgt_lang = (corpus.tgt, corpus.src) if reverse else (corpus.src, corpus.tgt)
+    spool_root = os.path.join(outdir, ".spool")
+    try:
+        _prepare_wmt_splits(name, corpus, outdir, spool_root, local_dir, cache, offline, extra_train, checksums)
+    finally:  # decoded copies of the inputs: never left behind, also not after a failed check
+        shutil.rmtree(spool_root, ignore_errors=True)
+
+
+def _prepare_wmt_splits(name, corpus, outdir, spool_root, local_dir, cache, offline, extra_train, checksums):
     splits = {}
-    # held-out sets first (small, checksummed, counted): a bad one fails before the big reads;
-    # nothing is written before every split was read and checked
+    # held-out sets first (small, checksummed, counted): a bad one fails before the big reads.
+    # Every split is decoded into spool files (bounded memory: WMT14 En-Fr has ~36M pairs) and
+    # counted; the output files are written only after every split was read and checked.
+    # (--reverse only changes which side is the source: files are named by language.)
     for split, archives in (("valid", [corpus.valid]), ("test", [corpus.test]), ("train", corpus.train)):
-        src_all, tgt_all = [], []
+        spool_dir = os.path.join(spool_root, split)
+        parts = []
         for archive in archives:
-            for src, tgt in read_archive_pairs(archive, local_dir, cache, offline, checksums):
-                src_all += src
-                tgt_all += tgt
+            parts += spool_archive_pairs(archive, local_dir, cache, offline, spool_dir, checksums)
         if split == "train":
-            for prefix in extra_train:
-                src, tgt = (_read_plain(f"{prefix}.{lang}") for lang in (corpus.src, corpus.tgt))
-                if len(src) != len(tgt):
-                    raise CorpusError(f"{prefix}.{corpus.src} has {len(src)} lines but .{corpus.tgt} has {len(tgt)}")
-                src_all += src
-                tgt_all += tgt
-        check_count(checksums, f"{name}/{split}", len(src_all), " + ".join(a.filename for a in archives)
+            for index, prefix in enumerate(extra_train):
+                counts = []
+                for lang in (corpus.src, corpus.tgt):
+                    path = f"{prefix}.{lang}"
+                    if not os.path.exists(path):
+                        raise CorpusError(f"missing input: {path}")
+                    spooled = os.path.join(spool_dir, f"extra{index}.{lang}")
+                    counts.append(_spool(file_lines(path), spooled, os.path.basename(path)))
+                if counts[0] != counts[1]:
+                    raise CorpusError(f"{prefix}.{corpus.src} has {counts[0]} lines but .{corpus.tgt} has {counts[1]}")
+                parts.append((os.path.join(spool_dir, f"extra{index}.{corpus.src}"),
+                              os.path.join(spool_dir, f"extra{index}.{corpus.tgt}"), counts[0]))
+        total = sum(n for _, _, n in parts)
+        check_count(checksums, f"{name}/{split}", total, " + ".join(a.filename for a in archives)
                     + ("".join(f" + {p}.*" for p in extra_train) if split == "train" else ""))
-        splits[split] = (tgt_all, src_all) if reverse else (src_all, tgt_all)
+        splits[split] = (parts, total)
     for split in ("train", "valid", "test"):
-        write_split(outdir, split, src_lang, tgt_lang, *splits[split])
-        print(f"{name} {split}: {len(splits[split][0])} pairs", file=sys.stderr)
+        parts, total = splits[split]
+        _concatenate([src for src, _, _ in parts], os.path.join(outdir, f"{split}.{corpus.src}"))
+        _concatenate([tgt for _, tgt, _ in parts], os.path.join(outdir, f"{split}.{corpus.tgt}"))
+        print(f"{name} {split}: {total} pairs", file=sys.stderr)
+
+
+def write_split(outdir, split, src_lang, tgt_lang, src_lines, tgt_lines):
+    for lang, lines in ((src_lang, src_lines), (tgt_lang, tgt_lines)):
+        with atomic_write(os.path.join(outdir, f"{split}.{lang}")) as out:
+            out.writelines(line + "\n" for line in lines)
 
 
 def _read_plain(path):
     if not os.path.exists(path):
         raise CorpusError(f"missing input: {path}")
-    with open(path, "rb") as handle:
-        return decode_lines(handle.read(), path)
+    return list(file_lines(path))
 
 
 # -- ASPEC-JE (Nakazawa et al. 2016), local files only -------------------------------------
@@ -576,19 +629,41 @@ def prepare_opensubtitles(outdir, local=None, cache=None, offline=False, directi
 # -- cleaning (train only, after tokenisation) -------------------------------------------------
 
 
-def clean_pairs(src_lines, tgt_lines, max_len=250, min_len=1, ratio=1.5):
-    """Moses clean-corpus-n: keep pairs whose token counts are in [min_len, max_len]
-    and whose length ratio is at most ``ratio`` (fairseq's WMT scripts: 1-250, 1.5).
+def keep_pair(s, t, max_len=250, min_len=1, ratio=1.5):
+    """Moses clean-corpus-n: keep a pair whose token counts are in [min_len, max_len] and
+    whose length ratio is at most ``ratio`` (fairseq's WMT scripts: 1-250, 1.5).
     ``max_len`` 49 gives Cao et al.'s "sentence length less than 50"."""
-    kept = []
-    for s, t in zip(src_lines, tgt_lines):
-        ls, lt = len(s.split()), len(t.split())
-        if not (min_len <= ls <= max_len and min_len <= lt <= max_len):
-            continue
-        if ratio and (ls > ratio * lt or lt > ratio * ls):
-            continue
-        kept.append((s, t))
-    return kept
+    ls, lt = len(s.split()), len(t.split())
+    if not (min_len <= ls <= max_len and min_len <= lt <= max_len):
+        return False
+    return not (ratio and (ls > ratio * lt or lt > ratio * ls))
+
+
+def clean_pairs(src_lines, tgt_lines, max_len=250, min_len=1, ratio=1.5):
+    """The pairs ``keep_pair`` keeps (a list; small inputs)."""
+    return [(s, t) for s, t in zip(src_lines, tgt_lines) if keep_pair(s, t, max_len, min_len, ratio)]
+
+
+def clean_files(src_in, tgt_in, src_out, tgt_out, max_len=250, ratio=1.5):
+    """``keep_pair`` over two files, streaming; -> (kept, read). Misaligned inputs (one file
+    longer) are an error and leave no output."""
+    for path in (src_in, tgt_in):
+        if not os.path.exists(path):
+            raise CorpusError(f"missing input: {path}")
+    end = object()
+    kept = read = 0
+    with atomic_write(src_out) as src_handle, atomic_write(tgt_out) as tgt_handle:
+        pairs = itertools.zip_longest(file_lines(src_in), file_lines(tgt_in), fillvalue=end)
+        for s, t in progress(pairs, "clean", unit="pairs"):
+            if s is end or t is end:
+                longer, shorter = (tgt_in, src_in) if s is end else (src_in, tgt_in)
+                raise CorpusError(f"{longer} has more lines than {shorter} ({read} pairs read)")
+            read += 1
+            if keep_pair(s, t, max_len, ratio=ratio):
+                src_handle.write(s + "\n")
+                tgt_handle.write(t + "\n")
+                kept += 1
+    return kept, read
 
 
 def main(argv=None):
@@ -639,14 +714,9 @@ def main(argv=None):
             prepare_opensubtitles(args.outdir, args.local_dir, args.cache, args.offline, args.direction,
                                   load_checksums(args.checksums))
         else:
-            src, tgt = _read_plain(args.src_in), _read_plain(args.tgt_in)
-            if len(src) != len(tgt):
-                raise CorpusError(f"{args.src_in} has {len(src)} lines but {args.tgt_in} has {len(tgt)}")
-            kept = clean_pairs(src, tgt, args.max_len, ratio=args.ratio)
-            for path, lines in ((args.src_out, [k[0] for k in kept]), (args.tgt_out, [k[1] for k in kept])):
-                with atomic_write(path) as out:
-                    out.writelines(line + "\n" for line in lines)
-            print(f"clean: kept {len(kept)} of {len(src)} pairs", file=sys.stderr)
+            kept, read = clean_files(args.src_in, args.tgt_in, args.src_out, args.tgt_out,
+                                     args.max_len, ratio=args.ratio)
+            print(f"clean: kept {kept} of {read} pairs", file=sys.stderr)
     except (CorpusError, ChecksumError) as error:
         sys.exit(f"{args.command}: {error}")
 

@@ -8,8 +8,10 @@ Usage:
   python -m fairseq_ctx.data.sentencepiece_model encode --model spm.ja.model --input a b --output x y
 """
 import argparse
+import os
 
 from ..atomic import atomic_write
+from .streaming import progress
 
 
 def train(input_path, model_prefix, vocab_size, symbols=(), character_coverage=0.9995):
@@ -53,10 +55,9 @@ def main(argv=None):
     if len(args.input) != len(args.output):
         parser.error("--input and --output need the same number of files")
     for src, dst in zip(args.input, args.output):
-        with open(src, encoding="utf-8") as handle:
-            lines = list(encode(args.model, handle))
-        with atomic_write(dst) as out:
-            out.writelines(line + "\n" for line in lines)
+        with open(src, encoding="utf-8") as handle, atomic_write(dst) as out:  # streaming
+            lines = progress(handle, f"sentencepiece {os.path.basename(src)}")
+            out.writelines(line + "\n" for line in encode(args.model, lines))
 
 
 if __name__ == "__main__":

@@ -27,9 +27,11 @@ run_step() {
     if [ -d "$out/$name" ]; then echo "$prog: $name: done already, skipping"; return; fi
     partial="$out/$name.partial"
     rm -rf "$partial"; mkdir -p "$partial"
+    local started=$SECONDS
     echo "$prog: $name ..."
     "$@"
     mv "$partial" "$out/$name"
+    echo "$prog: $name done in $((SECONDS - started)) s"
 }
 
 # tokenise every split of both languages: tok_splits SRC TGT SPLIT...
@@ -61,16 +63,23 @@ spm_encode() {
     $PY -m fairseq_ctx.data.sentencepiece_model encode --model "$model" --input "${inputs[@]}" --output "${outputs[@]}"
 }
 
+# subword-nmt apply-bpe on $WORKERS cores (byte-identical to one core; its parallel mode
+# needs file arguments, not stdin): apply_bpe CODES IN OUT
+apply_bpe() {
+    local started=$SECONDS
+    subword-nmt apply-bpe -c "$1" --num-workers "$WORKERS" --input "$2" --output "$3"
+    echo "$prog: apply-bpe $(basename "$2"): $((SECONDS - started)) s" >&2
+}
+
 # subword-nmt BPE learned on $out/tok/train.LANG for each language separately and applied
 # to $out/tok/SPLIT.LANG: bpe_separate MERGES SRC TGT SPLIT...
 bpe_separate() {
     local merges=$1 src=$2 tgt=$3; shift 3
     local s l
     for l in "$src" "$tgt"; do
-        subword-nmt learn-bpe -s "$merges" < "$out/tok/train.$l" > "$partial/codes.$l" 2> "$partial/learn-bpe.$l.log" \
+        subword-nmt learn-bpe -s "$merges" --num-workers "$WORKERS" --input "$out/tok/train.$l" \
+            --output "$partial/codes.$l" 2> "$partial/learn-bpe.$l.log" \
             || { cat "$partial/learn-bpe.$l.log" >&2; return 1; }
-        for s in "$@"; do
-            subword-nmt apply-bpe -c "$partial/codes.$l" < "$out/tok/$s.$l" > "$partial/$s.$l"
-        done
+        for s in "$@"; do apply_bpe "$partial/codes.$l" "$out/tok/$s.$l" "$partial/$s.$l"; done
     done
 }

@@ -95,12 +95,13 @@ do_tok() {
 do_bpe() {
     local s l
     if [ "$bpe" = joint ]; then
-        subword-nmt learn-joint-bpe-and-vocab -s "$merges" --input "$out/tok/train.$src" "$out/tok/train.$tgt" \
+        subword-nmt learn-joint-bpe-and-vocab -s "$merges" --num-workers "$WORKERS" \
+            --input "$out/tok/train.$src" "$out/tok/train.$tgt" \
             -o "$partial/codes" --write-vocabulary "$partial/vocab.$src" "$partial/vocab.$tgt" 2> "$partial/learn-bpe.log" \
             || { cat "$partial/learn-bpe.log" >&2; return 1; }
         for l in "$src" "$tgt"; do
             for s in "${splits[@]}"; do
-                subword-nmt apply-bpe -c "$partial/codes" < "$out/tok/$s.$l" > "$partial/$s.$l"
+                apply_bpe "$partial/codes" "$out/tok/$s.$l" "$partial/$s.$l"
             done
         done
     else

@@ -1,0 +1,150 @@
+"""Data preparation streams: a WMT-size corpus (WMT14 En-Fr: ~36M pairs) never sits in
+memory. Readers yield lines as they decode them, the raw / clean / tokenise / SentencePiece
+steps keep a peak that does not grow with the corpus, and parallel BPE gives the bytes one
+core gives. (Peak RSS on millions of pairs: python -m fairseq_ctx.data.memory_check,
+recorded in BENCHMARKS.md.)"""
+import gzip
+import io
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tracemalloc
+
+import pytest
+
+from fairseq_ctx.data import corpora, pretokenize, streaming
+from fairseq_ctx.data.memory_check import build_corpus
+from fairseq_ctx.data.streaming import decoded_lines
+
+
+def reference_lines(data: bytes, name: str):
+    """How a corpus file is read, from its definition: UTF-8 (BOM dropped, bad bytes
+    replaced), split at \\n only, a trailing empty line dropped; .gz decompressed; SGM: the
+    stripped <seg> contents; other files: whitespace runs collapsed."""
+    import re
+
+    if name.endswith(".gz"):
+        data, name = gzip.decompress(data), name[:-3]
+    lines = data.decode("utf-8-sig", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if name.endswith(".sgm"):
+        found = (re.search(r"<seg[^>]*>(.*)</seg>", line, re.IGNORECASE) for line in lines)
+        return [m.group(1).strip() for m in found if m]
+    return [" ".join(line.replace("\r", "").split()) for line in lines]
+
+
+TRICKY = ("\ufeffa  b\r\n\tc\u00a0d\n\ne\rf\n" + "x" * (2**20 - 2) + "é" + "\nbad \xff".encode("latin-1").decode("latin-1")).encode("utf-8")
+TRICKY = TRICKY.replace("ÿ".encode("utf-8"), b"\xff") + b"\nlast line without newline"
+
+
+@pytest.mark.parametrize("name", ["train.de", "train.de.gz", "newstest.sgm"])
+def test_decoded_lines_read_as_the_definition_says(name):
+    data = TRICKY
+    if name.endswith(".sgm"):
+        data = b'<doc>\n<seg id="1"> eins  </seg>\n<SEG id=2>zwei \xc3\xa9</SEG>\nno seg\n</doc>'
+    if name.endswith(".gz"):
+        data = gzip.compress(data)
+    assert list(decoded_lines(io.BytesIO(data), name)) == reference_lines(data, name)
+    assert corpora.decode_lines(data, name) == reference_lines(data, name)
+
+
+class CountingStream(io.RawIOBase):
+    """A large byte stream that records how much of it was read."""
+
+    def __init__(self, lines):
+        self.data = io.BytesIO("".join(f"sentence {i} with some words\n" for i in range(lines)).encode())
+        self.consumed = 0
+
+    def readable(self):
+        return True
+
+    def read(self, size=-1):
+        block = self.data.read(size)
+        self.consumed += len(block)
+        return block
+
+
+def test_lines_come_before_the_input_is_read_through():
+    stream = CountingStream(400_000)  # ~12 MB
+    lines = decoded_lines(stream, "train.en")
+    assert next(lines) == "sentence 0 with some words"
+    assert stream.consumed <= 2**20 + 1  # one block, not the whole corpus
+
+
+def _peak_bytes(function):
+    tracemalloc.start()
+    try:
+        function()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_raw_step_peak_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(streaming, "BLOCK", 1 << 14)  # both sizes well above one block
+    peaks = {}
+    for pairs in (4_000, 32_000):
+        local = tmp_path / f"local{pairs}"
+        manifest = build_corpus(str(local), pairs)
+        out = tmp_path / f"raw{pairs}"
+        peaks[pairs] = _peak_bytes(lambda: corpora.prepare_wmt(
+            "wmt14-en-de", str(out), str(local), str(tmp_path / "cache"), offline=True,
+            checksums=corpora.load_checksums(manifest)))
+        assert sum(1 for _ in open(out / "train.en")) == pairs
+        assert not (out / ".spool").exists()
+    # holding the corpus would take ~8 x as much at 8 x the pairs (32K pairs ~ 10 MB of text)
+    assert peaks[32_000] < 1.5 * peaks[4_000] + 2**20, peaks
+
+
+def test_clean_streams_and_keeps_what_the_rule_keeps(tmp_path, monkeypatch):
+    monkeypatch.setattr(streaming, "BLOCK", 1 << 14)
+    src, tgt = tmp_path / "s", tmp_path / "t"
+    rows = [("a b c", "x y z"), ("a", "x y z w"), ("", "x"), ("a " * 300, "x " * 300), ("a b", "x y z")]
+    src.write_text("".join(s + "\n" for s, _ in rows * 8000))
+    tgt.write_text("".join(t + "\n" for _, t in rows * 8000))
+
+    def rule(s, t, max_len=250, ratio=1.5):  # Moses clean-corpus-n, from its definition
+        ls, lt = len(s.split()), len(t.split())
+        return 1 <= ls <= max_len and 1 <= lt <= max_len and ls <= ratio * lt and lt <= ratio * ls
+
+    peak = _peak_bytes(lambda: corpora.clean_files(str(src), str(tgt), str(tmp_path / "so"), str(tmp_path / "to")))
+    kept = [(s, t) for s, t in rows * 8000 if rule(s, t)]
+    assert (tmp_path / "so").read_text() == "".join(s + "\n" for s, _ in kept)
+    assert (tmp_path / "to").read_text() == "".join(t + "\n" for _, t in kept)
+    assert peak < os.path.getsize(src) / 4, peak  # the input is never held
+
+    tgt.write_text((tmp_path / "to").read_text())  # now misaligned
+    with pytest.raises(corpora.CorpusError, match="more lines"):
+        corpora.clean_files(str(src), str(tgt), str(tmp_path / "so2"), str(tmp_path / "to2"))
+    assert not (tmp_path / "so2").exists() and not (tmp_path / "to2").exists()
+
+
+def test_parallel_tokenisation_is_bytewise_the_serial_one_in_bounded_rounds(tmp_path, monkeypatch):
+    monkeypatch.setattr(pretokenize, "BLOCK", 50)  # many rounds on a small file
+    raw = tmp_path / "raw.en"
+    raw.write_text("".join(f"Hello, world #{i}: it's (quite) \"fine\"...\n" for i in range(1_000)))
+    pretokenize.tokenize_file("en", str(raw), str(tmp_path / "one"), workers=1)
+    pretokenize.tokenize_file("en", str(raw), str(tmp_path / "two"), workers=2)
+    assert (tmp_path / "one").read_bytes() == (tmp_path / "two").read_bytes()
+    assert len((tmp_path / "one").read_text().splitlines()) == 1_000
+
+
+def test_parallel_apply_bpe_is_bytewise_the_serial_one(tmp_path):
+    subword_nmt = shutil.which("subword-nmt") or os.path.join(os.path.dirname(sys.executable), "subword-nmt")
+    text = tmp_path / "train.en"
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(3, 9))) for _ in range(3_000)]
+    text.write_text("".join(" ".join(rng.choice(words) for _ in range(12)) + "\n" for _ in range(6_000)))
+    codes = tmp_path / "codes"
+    subprocess.run([subword_nmt, "learn-bpe", "-s", "80", "--num-workers", "2", "--input", str(text),
+                    "--output", str(codes)], check=True)
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    with open(text) as stdin, open(serial, "w") as stdout:
+        subprocess.run([subword_nmt, "apply-bpe", "-c", str(codes)], stdin=stdin, stdout=stdout, check=True)
+    subprocess.run([subword_nmt, "apply-bpe", "-c", str(codes), "--num-workers", "2", "--input", str(text),
+                    "--output", str(parallel)], check=True)
+    assert serial.read_bytes() == parallel.read_bytes()
+    assert "@@" in serial.read_text()
