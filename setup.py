@@ -67,9 +67,10 @@ setup(
     install_requires=[
         "sacrebleu>=2.3",
         "sacremoses",
-        "subword-nmt",
+        "subword-nmt>=0.3.8",  # --num-workers (parallel learn / apply)
         "sentencepiece",
         "jieba",
+        "tqdm",  # data-preparation progress
     ],
     extras_require={"ja": ["fugashi", "unidic-lite"], "test": ["pytest", "pytest-timeout"]},
     entry_points={"console_scripts": CONSOLE_SCRIPTS},
