@@ -23,6 +23,9 @@ def atomic_path(path, suffix=".tmp"):
     # no leading dot: torch.save rejects dot-files on some versions
     fd, tmp = tempfile.mkstemp(prefix=f"partial-{os.path.basename(path)}.", suffix=suffix, dir=directory)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600: results must be readable as open() would make them
     try:
         yield tmp
         os.replace(tmp, path)

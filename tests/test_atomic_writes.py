@@ -42,3 +42,12 @@ def test_atomic_path_suffix_and_torch_save(tmp_path):
     atomic_torch_save({"w": torch.ones(2)}, str(target))
     assert torch.equal(torch.load(str(target))["w"], torch.ones(2))
     assert _names(tmp_path) == ["avg.pt", "curve.png"]
+
+
+def test_outputs_get_the_permissions_open_would_give(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        atomic_write_lines(str(tmp_path / "table.md"), ["x"])
+    finally:
+        os.umask(umask)
+    assert (os.stat(tmp_path / "table.md").st_mode & 0o777) == 0o644

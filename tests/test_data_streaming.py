@@ -148,3 +148,12 @@ def test_parallel_apply_bpe_is_bytewise_the_serial_one(tmp_path):
                     "--output", str(parallel)], check=True)
     assert serial.read_bytes() == parallel.read_bytes()
     assert "@@" in serial.read_text()
+
+
+def test_a_carriage_return_inside_a_segment_stays_in_its_line(tmp_path):
+    """Counted lines are written lines: a \r inside an SGM segment is not a line break."""
+    spool = tmp_path / "part"
+    spool.write_bytes("one\rstill one\ntwo\n".encode())
+    corpora._concatenate([str(spool)], str(tmp_path / "out"))
+    assert (tmp_path / "out").read_bytes() == spool.read_bytes()
+    assert corpora._lines(str(spool)) == ["one\rstill one", "two"]

@@ -375,15 +375,16 @@ def read_archive_pairs(archive: Archive, local_dir, cache, offline,
 
 
 def _lines(path):
-    with open(path, encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in handle]
+    with open(path, encoding="utf-8", newline="") as handle:  # small (dev / test): split at \n only,
+        lines = handle.read().split("\n")                      # a \r inside a segment stays in its line
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def _concatenate(parts, path):
     """Concatenate spooled files into ``path`` (atomically), streaming."""
     with atomic_write(path) as out:
         for part in parts:
-            with open(part, encoding="utf-8") as handle:
+            with open(part, encoding="utf-8", newline="") as handle:  # \r inside a line is kept, not a break
                 shutil.copyfileobj(handle, out, streaming.BLOCK)
 
 
