@@ -3,6 +3,7 @@ memory. Readers yield lines as they decode them, the raw / clean / tokenise / Se
 steps keep a peak that does not grow with the corpus, and parallel BPE gives the bytes one
 core gives. (Peak RSS on millions of pairs: python -m fairseq_ctx.data.memory_check,
 recorded in BENCHMARKS.md.)"""
+import contextlib
 import gzip
 import io
 import os
@@ -10,11 +11,13 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 import tracemalloc
 
 import pytest
 
-from fairseq_ctx.data import corpora, pretokenize, streaming
+from fairseq_ctx.data import bpe, corpora, pretokenize, streaming
 from fairseq_ctx.data.memory_check import build_corpus
 from fairseq_ctx.data.streaming import decoded_lines
 
@@ -36,8 +39,12 @@ def reference_lines(data: bytes, name: str):
     return [" ".join(line.replace("\r", "").split()) for line in lines]
 
 
-TRICKY = ("\ufeffa  b\r\n\tc\u00a0d\n\ne\rf\n" + "x" * (2**20 - 2) + "é" + "\nbad \xff".encode("latin-1").decode("latin-1")).encode("utf-8")
-TRICKY = TRICKY.replace("ÿ".encode("utf-8"), b"\xff") + b"\nlast line without newline"
+_HEAD = "\ufeffa  b\r\n\tc\u00a0d\n\ne\rf\n".encode("utf-8")
+# "é" (2 bytes) starts on the last byte of the first 1 MiB block: a reader that decoded each
+# block on its own would turn it into two replacement characters
+TRICKY = (_HEAD + b"x" * (streaming.BLOCK - 1 - len(_HEAD)) + "é".encode("utf-8")
+          + b"\nbad \xff\nlast line without newline")
+assert TRICKY.index("é".encode("utf-8")) == streaming.BLOCK - 1
 
 
 @pytest.mark.parametrize("name", ["train.de", "train.de.gz", "newstest.sgm"])
@@ -122,32 +129,128 @@ def test_clean_streams_and_keeps_what_the_rule_keeps(tmp_path, monkeypatch):
     assert not (tmp_path / "so2").exists() and not (tmp_path / "to2").exists()
 
 
-def test_parallel_tokenisation_is_bytewise_the_serial_one_in_bounded_rounds(tmp_path, monkeypatch):
-    monkeypatch.setattr(pretokenize, "BLOCK", 50)  # many rounds on a small file
+def test_parallel_tokenisation_is_bytewise_the_serial_one(tmp_path):
     raw = tmp_path / "raw.en"
     raw.write_text("".join(f"Hello, world #{i}: it's (quite) \"fine\"...\n" for i in range(1_000)))
     pretokenize.tokenize_file("en", str(raw), str(tmp_path / "one"), workers=1)
     pretokenize.tokenize_file("en", str(raw), str(tmp_path / "two"), workers=2)
     assert (tmp_path / "one").read_bytes() == (tmp_path / "two").read_bytes()
     assert len((tmp_path / "one").read_text().splitlines()) == 1_000
+    assert "world # 1 : it 's ( quite )" in (tmp_path / "one").read_text()  # the tokeniser ran
 
 
-def test_parallel_apply_bpe_is_bytewise_the_serial_one(tmp_path):
-    subword_nmt = shutil.which("subword-nmt") or os.path.join(os.path.dirname(sys.executable), "subword-nmt")
-    text = tmp_path / "train.en"
+def _upper(line):
+    return line.upper()
+
+
+def test_parallel_map_reads_at_most_one_round_ahead_of_what_it_wrote(tmp_path, monkeypatch):
+    """Bounded memory: the reader is never more than workers x round_lines lines ahead of
+    the writer (a Pool.imap over the file would read all of it at once)."""
+    src = tmp_path / "src"
+    src.write_text("".join(f"line {i}\n" for i in range(20_000)))
+    state = {"read": 0, "written": 0, "lead": 0}
+
+    def counting_progress(lines, *args, **kwargs):
+        for line in lines:
+            state["read"] += 1
+            state["lead"] = max(state["lead"], state["read"] - state["written"])
+            yield line
+
+    class CountingOut:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def writelines(self, lines):
+            for line in lines:
+                self.write(line)
+
+        def write(self, line):
+            state["written"] += line.count("\n")
+            self.handle.write(line)
+
+    real_atomic_write = streaming.atomic_write
+
+    @contextlib.contextmanager
+    def counting_atomic_write(path):
+        with real_atomic_write(path) as handle:
+            yield CountingOut(handle)
+
+    monkeypatch.setattr(streaming, "progress", counting_progress)
+    monkeypatch.setattr(streaming, "atomic_write", counting_atomic_write)
+    streaming.parallel_map_lines(str(src), str(tmp_path / "dst"), _upper, "test", workers=2, round_lines=50)
+    assert (tmp_path / "dst").read_text() == src.read_text().upper()
+    assert state["written"] == 20_000
+    assert state["lead"] <= 2 * 50, state
+
+
+def _pid(line):
+    time.sleep(0.002)  # long enough for both workers to get chunks
+    return str(os.getpid())
+
+
+def test_parallel_map_runs_on_worker_processes(tmp_path):
+    src = tmp_path / "src"
+    src.write_text("x\n" * 1_000)
+    streaming.parallel_map_lines(str(src), str(tmp_path / "dst"), _pid, "test", workers=2)
+    pids = set((tmp_path / "dst").read_text().split())
+    assert len(pids) == 2 and str(os.getpid()) not in pids, pids
+
+
+def _fail_on_seven(line):
+    if line == "7":
+        raise ValueError("bad line 7")
+    return line
+
+
+def test_a_worker_error_is_raised_and_leaves_no_output(tmp_path):
+    src = tmp_path / "src"
+    src.write_text("".join(f"{i}\n" for i in range(100)))
+    with pytest.raises(ValueError, match="bad line 7"):
+        streaming.parallel_map_lines(str(src), str(tmp_path / "dst"), _fail_on_seven, "test", workers=2)
+    assert os.listdir(tmp_path) == ["src"]
+
+
+def _subword_nmt():
+    return shutil.which("subword-nmt") or os.path.join(os.path.dirname(sys.executable), "subword-nmt")
+
+
+@pytest.fixture(scope="module")
+def bpe_text(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bpe")
+    text = root / "train.en"
     rng = random.Random(0)
     words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(3, 9))) for _ in range(3_000)]
     text.write_text("".join(" ".join(rng.choice(words) for _ in range(12)) + "\n" for _ in range(6_000)))
-    codes = tmp_path / "codes"
-    subprocess.run([subword_nmt, "learn-bpe", "-s", "80", "--num-workers", "2", "--input", str(text),
-                    "--output", str(codes)], check=True)
-    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    codes = root / "codes"  # subword-nmt's own learn-bpe, one core
+    subprocess.run([_subword_nmt(), "learn-bpe", "-s", "80", "--input", str(text), "--output", str(codes)],
+                   check=True)
+    return text, codes
+
+
+def test_learn_bpe_on_workers_is_bytewise_subword_nmts_on_one_core(bpe_text, tmp_path, monkeypatch):
+    text, codes = bpe_text
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmp"))  # $TMPDIR is not used
+    bpe.learn_file(str(text), str(tmp_path / "codes"), 80, workers=2)
+    assert (tmp_path / "codes").read_bytes() == codes.read_bytes()
+    assert os.listdir(tmp_path) == ["codes"]  # the workers' temporaries were beside it and are gone
+
+
+def test_apply_bpe_on_workers_is_bytewise_subword_nmts_on_one_core(bpe_text, tmp_path, monkeypatch):
+    text, codes = bpe_text
+    serial = tmp_path / "serial"
     with open(text) as stdin, open(serial, "w") as stdout:
-        subprocess.run([subword_nmt, "apply-bpe", "-c", str(codes)], stdin=stdin, stdout=stdout, check=True)
-    subprocess.run([subword_nmt, "apply-bpe", "-c", str(codes), "--num-workers", "2", "--input", str(text),
-                    "--output", str(parallel)], check=True)
-    assert serial.read_bytes() == parallel.read_bytes()
+        subprocess.run([_subword_nmt(), "apply-bpe", "-c", str(codes)], stdin=stdin, stdout=stdout, check=True)
+    monkeypatch.setattr(streaming, "ROUND_LINES", 500)  # several rounds
+    bpe.main(["apply", "--codes", str(codes), "--workers", "2", "--input", str(text),
+              "--output", str(tmp_path / "parallel")])
+    assert (tmp_path / "parallel").read_bytes() == serial.read_bytes()
     assert "@@" in serial.read_text()
+
+    # and the segmentation did run on two worker processes
+    monkeypatch.setattr(bpe, "_segment", _pid)
+    bpe.apply_file(str(codes), str(text), str(tmp_path / "pids"), workers=2)
+    pids = set((tmp_path / "pids").read_text().split())
+    assert len(pids) == 2 and str(os.getpid()) not in pids, pids
 
 
 def test_a_carriage_return_inside_a_segment_stays_in_its_line(tmp_path):

@@ -7,8 +7,11 @@ For each size: builds WMT14 En-De's archives (the real file and member names, gz
 SGM dev / test sets) with that many training pairs in --local-dir layout plus a checksum
 manifest with the synthetic counts, then runs the steps of prepare-wmt.sh as separate
 processes (the raw step ``corpora wmt``, ``pretokenize`` of the training data, ``corpora
-clean``) and prints each step's peak resident memory (the child's ru_maxrss, from wait4) and
-wall time. Streaming readers keep the peak flat as the corpus grows; a reader that holds the
+clean``, subword-nmt BPE learned and applied through ``fairseq_ctx.data.bpe``) and prints
+each step's peak resident memory and wall time. The peak is GNU time's ``%M``: the largest
+resident size of any single process of the step (the step or one of its workers; the
+workers' sizes are not summed: with W workers the step's total is at most about W + 1 times
+that). Streaming readers keep the peak flat as the corpus grows; a reader that holds the
 corpus makes it grow with it.
 """
 import argparse
@@ -127,6 +130,13 @@ def main(argv=None):
             ("clean (corpora clean)", [python, "-m", "fairseq_ctx.data.corpora", "clean",
                                        "--src-in", os.path.join(raw, "train.en"), "--tgt-in", os.path.join(raw, "train.de"),
                                        "--src-out", os.path.join(tok, "clean.en"), "--tgt-out", os.path.join(tok, "clean.de")]),
+            (f"learn-bpe en (2,000 merges, {args.workers} workers)",
+             [python, "-m", "fairseq_ctx.data.bpe", "learn", "--symbols", "2000", "--workers", str(args.workers),
+              "--input", os.path.join(tok, "train.en"), "--output", os.path.join(tok, "codes.en")]),
+            (f"apply-bpe en ({args.workers} workers)",
+             [python, "-m", "fairseq_ctx.data.bpe", "apply", "--codes", os.path.join(tok, "codes.en"),
+              "--workers", str(args.workers), "--input", os.path.join(tok, "train.en"),
+              "--output", os.path.join(tok, "bpe.en")]),
         ]
         for name, command in steps:
             rss, seconds = run_step(command, env, root)

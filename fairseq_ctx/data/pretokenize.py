@@ -8,11 +8,9 @@ Usage: python -m fairseq_ctx.data.pretokenize --lang de --input raw/train.de raw
            --output tok/train.de tok/test.de [--workers 8]
 """
 import argparse
-import multiprocessing
 import os
 
-from ..atomic import atomic_write
-from .streaming import progress
+from .streaming import parallel_map_lines
 from .tokenize import tokenizer
 
 _worker_fn = None
@@ -34,34 +32,11 @@ def _tokenize(line):
     return _worker_fn(line.strip())
 
 
-BLOCK = 20000  # lines per worker per round: memory is bounded by workers x BLOCK lines
-
-
-def _blocks(lines, size):
-    block = []
-    for line in lines:
-        block.append(line)
-        if len(block) == size:
-            yield block
-            block = []
-    if block:
-        yield block
-
-
 def tokenize_file(lang, src, dst, workers=1, normalize=True):
-    """Tokenise ``src`` into ``dst`` (atomically), in order, streaming: a round of
-    ``workers`` blocks is read, tokenised in parallel and written before the next is read
-    (Pool.imap would queue the whole file: its feeder reads the input as fast as it can)."""
-    with open(src, encoding="utf-8") as handle, atomic_write(dst) as out:
-        lines = progress((line.rstrip("\n") for line in handle), f"tokenise {os.path.basename(src)}")
-        if workers > 1:
-            with multiprocessing.get_context("fork").Pool(workers, _init, (lang, normalize)) as pool:
-                for round_ in _blocks(lines, workers * BLOCK):
-                    out.writelines(line + "\n" for line in pool.map(_tokenize, round_, chunksize=2000))
-        else:
-            _init(lang, normalize)
-            for line in lines:
-                out.write(_tokenize(line) + "\n")
+    """Tokenise ``src`` into ``dst`` (atomically), in order, streaming on ``workers``
+    processes (``streaming.parallel_map_lines``)."""
+    parallel_map_lines(src, dst, _tokenize, f"tokenise {os.path.basename(src)}", workers,
+                       initializer=_init, initargs=(lang, normalize))
 
 
 def main(argv=None):

@@ -63,11 +63,11 @@ spm_encode() {
     $PY -m fairseq_ctx.data.sentencepiece_model encode --model "$model" --input "${inputs[@]}" --output "${outputs[@]}"
 }
 
-# subword-nmt apply-bpe on $WORKERS cores (byte-identical to one core; its parallel mode
-# needs file arguments, not stdin): apply_bpe CODES IN OUT
+# subword-nmt's BPE applied on $WORKERS cores (fairseq_ctx.data.bpe: byte-identical to
+# subword-nmt apply-bpe on one core, whose CLI ignores --num-workers): apply_bpe CODES IN OUT
 apply_bpe() {
     local started=$SECONDS
-    subword-nmt apply-bpe -c "$1" --num-workers "$WORKERS" --input "$2" --output "$3"
+    $PY -m fairseq_ctx.data.bpe apply --codes "$1" --workers "$WORKERS" --input "$2" --output "$3"
     echo "$prog: apply-bpe $(basename "$2"): $((SECONDS - started)) s" >&2
 }
 
@@ -77,7 +77,7 @@ bpe_separate() {
     local merges=$1 src=$2 tgt=$3; shift 3
     local s l
     for l in "$src" "$tgt"; do
-        subword-nmt learn-bpe -s "$merges" --num-workers "$WORKERS" --input "$out/tok/train.$l" \
+        $PY -m fairseq_ctx.data.bpe learn --symbols "$merges" --workers "$WORKERS" --input "$out/tok/train.$l" \
             --output "$partial/codes.$l" 2> "$partial/learn-bpe.$l.log" \
             || { cat "$partial/learn-bpe.$l.log" >&2; return 1; }
         for s in "$@"; do apply_bpe "$partial/codes.$l" "$out/tok/$s.$l" "$partial/$s.$l"; done

@@ -95,7 +95,8 @@ do_tok() {
 do_bpe() {
     local s l
     if [ "$bpe" = joint ]; then
-        subword-nmt learn-joint-bpe-and-vocab -s "$merges" --num-workers "$WORKERS" \
+        # its workers spool through $TMPDIR: keep that beside the outputs, not on a small /tmp
+        TMPDIR="$partial" subword-nmt learn-joint-bpe-and-vocab -s "$merges" --num-workers "$WORKERS" \
             --input "$out/tok/train.$src" "$out/tok/train.$tgt" \
             -o "$partial/codes" --write-vocabulary "$partial/vocab.$src" "$partial/vocab.$tgt" 2> "$partial/learn-bpe.log" \
             || { cat "$partial/learn-bpe.log" >&2; return 1; }
