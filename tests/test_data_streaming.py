@@ -6,6 +6,7 @@ recorded in BENCHMARKS.md.)"""
 import contextlib
 import gzip
 import io
+import json
 import os
 import random
 import shutil
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+import zipfile
 
 import pytest
 
@@ -260,3 +262,83 @@ def test_a_carriage_return_inside_a_segment_stays_in_its_line(tmp_path):
     corpora._concatenate([str(spool)], str(tmp_path / "out"))
     assert (tmp_path / "out").read_bytes() == spool.read_bytes()
     assert corpora._lines(str(spool)) == ["one\rstill one", "two"]
+
+
+def _aspec(local, n, shuffle=False):
+    """ASPEC-JE layout with ``n`` training rows (scores descending unless ``shuffle``)."""
+    rng = random.Random(n)
+    rows = [(1 - i / n, f"ja{i} " + "語 " * rng.randint(1, 20), f"en{i} " + "word " * rng.randint(1, 20))
+            for i in range(n)]
+    lines = [f"{score:.6f} ||| TR-{i} ||| X ||| {ja.strip()} ||| {en.strip()}" for i, (score, ja, en) in enumerate(rows)]
+    if shuffle:
+        rng.shuffle(lines)
+    (local / "train").mkdir(parents=True)
+    half = n // 2
+    (local / "train" / "train-1.txt").write_text("".join(line + "\n" for line in lines[:half]))
+    (local / "train" / "train-2.txt").write_text("".join(line + "\n" for line in lines[half:]))
+    for split in ("dev", "test"):
+        (local / split).mkdir()
+        (local / split / f"{split}.txt").write_text("".join(f"{i} ||| D ||| j{i} ||| e{i}\n" for i in range(5)))
+    return lines
+
+
+def _aspec_checksums(tmp_path, n):
+    path = tmp_path / f"aspec-{n}.json"
+    path.write_text(json.dumps({"archives": {}, "counts": {"aspec/valid": 5, "aspec/test": 5, "aspec/train": n}}))
+    return corpora.load_checksums(str(path))
+
+
+def test_aspec_top_pairs_stream_and_out_of_order_files_still_give_the_best(tmp_path):
+    """train = the ``top`` pairs of highest alignment score, ja -> en, whatever the files' order;
+    in order (as published) the peak does not grow with the corpus."""
+    peaks = {}
+    for n in (2_000, 16_000):
+        local = tmp_path / f"aspec{n}"
+        lines = _aspec(local, n)
+        out = tmp_path / f"out{n}"
+        peaks[n] = _peak_bytes(lambda: corpora.prepare_aspec(str(local), str(out), top=n // 2,
+                                                            checksums=_aspec_checksums(tmp_path, n)))
+        assert (out / "train.en").read_text() == "".join(line.split(" ||| ")[4] + "\n" for line in lines[: n // 2])
+    assert peaks[16_000] < 1.5 * peaks[2_000] + 2**20, peaks
+
+    local = tmp_path / "shuffled"
+    lines = _aspec(local, 1_000, shuffle=True)
+    corpora.prepare_aspec(str(local), str(tmp_path / "s"), top=100, checksums=_aspec_checksums(tmp_path, 1_000))
+    best = sorted(lines, key=lambda line: -float(line.split(" ||| ")[0]))[:100]
+    assert (tmp_path / "s" / "train.ja").read_text() == "".join(line.split(" ||| ")[3] + "\n" for line in best)
+
+
+def _opensubtitles(path, n):
+    with zipfile.ZipFile(path, "w") as bundle:
+        bundle.writestr("OpenSubtitles.en-ja.en", "".join(f"english {i} line\n" for i in range(n)))
+        bundle.writestr("OpenSubtitles.en-ja.ja", "".join(f"日本語 {i}\n" for i in range(n)))
+        bundle.writestr("OpenSubtitles.en-ja.ids", "".join(f"en/{i // 50}.xml.gz\tja/{i // 50}.xml.gz\t1\t1\n"
+                                                          for i in range(n)))
+
+
+def test_opensubtitles_streams_and_refuses_members_of_different_length(tmp_path, monkeypatch):
+    monkeypatch.setattr(streaming, "BLOCK", 1 << 14)  # both sizes well above one block
+    peaks = {}
+    for n in (4_000, 32_000):
+        local = tmp_path / f"opus{n}"
+        local.mkdir()
+        _opensubtitles(local / "en-ja.txt.zip", n)
+        out = tmp_path / f"out{n}"
+        peaks[n] = _peak_bytes(lambda: corpora.prepare_opensubtitles(str(out), str(local), offline=True))
+        assert sum(len((out / f"{s}.en").read_text().splitlines()) for s in ("train", "valid", "test")) == n
+        for split in ("train", "valid", "test"):  # aligned: line k of en, ja and docs is pair k
+            en, ja, docs = ((out / f"{split}.{kind}").read_text().splitlines() for kind in ("en", "ja", "docs"))
+            assert [e.split()[1] for e in en] == [j.split()[1] for j in ja]
+            assert all(d == f"en/{int(e.split()[1]) // 50}.xml.gz ja/{int(e.split()[1]) // 50}.xml.gz"
+                       for e, d in zip(en, docs))
+    assert peaks[32_000] < 1.5 * peaks[4_000] + 2**20, peaks
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    with zipfile.ZipFile(bad / "en-ja.txt.zip", "w") as bundle:
+        bundle.writestr("OpenSubtitles.en-ja.en", "a\nb\nc\n")
+        bundle.writestr("OpenSubtitles.en-ja.ja", "a\nb\n")
+        bundle.writestr("OpenSubtitles.en-ja.ids", "x y\nx y\nx y\n")
+    with pytest.raises(corpora.CorpusError, match="OpenSubtitles.en-ja.ja ended at line 3"):
+        corpora.prepare_opensubtitles(str(tmp_path / "badout"), str(bad), offline=True)
+    assert not (tmp_path / "badout").exists() or not os.listdir(tmp_path / "badout")

@@ -40,6 +40,7 @@ ASPEC (Iida) is licensed by application: ``aspec`` reads the local ``ASPEC-JE``
 directory. OpenSubtitles2018 Ja-En comes from OPUS (``opensubtitles``).
 """
 import argparse
+import contextlib
 import hashlib
 import io
 import itertools
@@ -516,33 +517,68 @@ def prepare_aspec(local_dir, outdir, direction="ja-en", top=1_000_000, length_ev
         rows = list(read_aspec_heldout(os.path.join(local_dir, name)))
         check_count(checksums, f"aspec/{split}", len(rows), os.path.join(local_dir, name))
         heldout[split] = rows
-    kept, rest = [], []
-    for name in ASPEC_TRAIN:
-        path = os.path.join(local_dir, name)
-        if name != ASPEC_TRAIN[0] and not os.path.exists(path) and len(kept) >= top:
-            break
-        for score, ja, en in read_aspec_train(path):
-            (kept if len(kept) < top else rest).append((score, ja, en))
-    check_count(checksums, "aspec/train", len(kept) + len(rest), f"{local_dir}/train/train-*.txt")
-    # the files are sorted by alignment score; sort anyway so "top" means the best pairs
-    everything = sorted(kept + rest, key=lambda row: -row[0])
-    kept, rest = everything[:top], everything[top:]
-    subsets = {}
+    def train_rows():
+        """(score, ja, en) of train-1..3.txt in order; a later file may be absent when the
+        earlier ones already give ``top`` pairs."""
+        seen = 0
+        for name in ASPEC_TRAIN:
+            path = os.path.join(local_dir, name)
+            if name != ASPEC_TRAIN[0] and not os.path.exists(path) and seen >= top:
+                return
+            for row in read_aspec_train(path):
+                seen += 1
+                yield row
+
+    # The files are published sorted by alignment score, best first, so "the top pairs" are
+    # the first ones: pass 1 counts, checks that order and picks the length subsets from the
+    # pairs after the top ones; pass 2 writes the top pairs. Nothing is held but the subsets.
+    # (Files out of order are sorted in memory: the only case that holds the corpus.)
+    total, in_order, previous = 0, True, float("inf")
+    tokenize_src = None
     if length_eval:
         from .tokenize import tokenizer
 
-        tok = tokenizer(src_lang)
-        pool = [(r[1], r[2]) if src_lang == "ja" else (r[2], r[1]) for r in rest]
-        subsets = length_eval_subsets(pool, tok, tokens_per_bucket=length_eval_tokens)
+        tokenize_src = tokenizer(src_lang)
+
+    def pool_rows():
+        nonlocal total, in_order, previous
+        for score, ja, en in progress(train_rows(), "ASPEC: count", unit="pairs"):
+            total += 1
+            in_order = in_order and score <= previous
+            previous = score
+            if total > top:
+                yield (ja, en) if src_lang == "ja" else (en, ja)
+
+    subsets, pool = {}, pool_rows()
+    if length_eval:
+        subsets = length_eval_subsets(pool, tokenize_src, tokens_per_bucket=length_eval_tokens)
+    for _ in pool:  # the rest of the count (length_eval_subsets stops when its buckets are full)
+        pass
+    check_count(checksums, "aspec/train", total, f"{local_dir}/train/train-*.txt")
+    if in_order:
+        top_rows = itertools.islice(train_rows(), top)
+    else:
+        print("aspec: the training files are not sorted by alignment score: sorting them in memory",
+              file=sys.stderr)
+        everything = sorted(train_rows(), key=lambda row: -row[0])
+        top_rows = everything[:top]
+        if length_eval:
+            rest = [(r[1], r[2]) if src_lang == "ja" else (r[2], r[1]) for r in everything[top:]]
+            subsets = length_eval_subsets(rest, tokenize_src, tokens_per_bucket=length_eval_tokens)
     # every input was read and checked: write
-    write_split(outdir, "train", src_lang, tgt_lang,
-                [(r[1], r[2])[lang_of[src_lang]] for r in kept], [(r[1], r[2])[lang_of[tgt_lang]] for r in kept])
+    kept = 0
+    with atomic_write(os.path.join(outdir, f"train.{src_lang}")) as src_out, \
+            atomic_write(os.path.join(outdir, f"train.{tgt_lang}")) as tgt_out:
+        for row in progress(top_rows, "ASPEC: write", unit="pairs", total=min(top, total)):
+            src_out.write(row[1 + lang_of[src_lang]] + "\n")
+            tgt_out.write(row[1 + lang_of[tgt_lang]] + "\n")
+            kept += 1
     for split, rows in heldout.items():
         write_split(outdir, split, src_lang, tgt_lang, [r[lang_of[src_lang]] for r in rows],
                     [r[lang_of[tgt_lang]] for r in rows])
     for bucket, rows in sorted(subsets.items()):
         write_split(outdir, f"len{bucket * 10}", src_lang, tgt_lang, [r[0] for r in rows], [r[1] for r in rows])
-    print(f"aspec: train {len(kept)} pairs (top by alignment score)"
+    print(f"aspec: train {kept} pairs (top by alignment score)"
           + (f", {len(subsets)} length subsets of up to {length_eval_tokens} source words" if length_eval else ""),
           file=sys.stderr)
 
@@ -596,35 +632,58 @@ def prepare_opensubtitles(outdir, local=None, cache=None, offline=False, directi
                 for member in OPENSUBTITLES_MEMBERS:
                     if member not in names:
                         raise CorpusError(f"{path}: does not contain {member}")
-                contents = {m: decode_lines(bundle.read(names[m]), m) for m in OPENSUBTITLES_MEMBERS}
         except UNREADABLE as error:
             raise CorpusError(f"{path}: cannot read the archive ({type(error).__name__}: {error}); "
                               "a truncated or corrupt download? delete it and fetch it again") from None
+
+        @contextlib.contextmanager
+        def open_members():
+            try:
+                with zipfile.ZipFile(path) as bundle:
+                    with contextlib.ExitStack() as members:
+                        yield [decoded_lines(members.enter_context(bundle.open(names[m])), m)
+                               for m in OPENSUBTITLES_MEMBERS]
+            except UNREADABLE as error:
+                raise CorpusError(f"{path}: cannot read the archive ({type(error).__name__}: {error}); "
+                                  "a truncated or corrupt download? delete it and fetch it again") from None
     else:
         print(f"warning: using the extracted files {', '.join(sorted(files.values()))} from --local-dir instead "
               f"of {OPENSUBTITLES_ZIP}: extracted files cannot be md5-checked against the archive's checksum, "
               "only their sentence counts are checked", file=sys.stderr)
-        contents = {m: _read_plain(p) for m, p in files.items()}
-    en, ja, ids = (contents[m] for m in OPENSUBTITLES_MEMBERS)
-    if not len(en) == len(ja) == len(ids):
-        raise CorpusError(f"OpenSubtitles: {len(en)} en, {len(ja)} ja and {len(ids)} ids lines differ")
+
+        @contextlib.contextmanager
+        def open_members():
+            yield [file_lines(files[m]) for m in OPENSUBTITLES_MEMBERS]
+
+    # Two streaming passes (a corpus is never held): count and check, then write.
+    def rows(desc):
+        """(en, ja, document) per line, the three members read in step."""
+        with open_members() as (en, ja, ids):
+            for index, row in enumerate(progress(itertools.zip_longest(en, ja, ids), desc, unit="pairs")):
+                if None in row:
+                    missing = [m for m, line in zip(OPENSUBTITLES_MEMBERS, row) if line is None]
+                    raise CorpusError(f"OpenSubtitles: {', '.join(missing)} ended at line {index + 1}, "
+                                      "before the other members (their line counts differ)")
+                fields = row[2].split("\t") if "\t" in row[2] else row[2].split()
+                yield row[0], row[1], fields[0] + " " + (fields[1] if len(fields) > 1 else "")  # en + ja file = one movie
+
+    counts = {"train": 0, "valid": 0, "test": 0}
+    for _, _, doc in rows("OpenSubtitles: count"):
+        counts[document_split(doc)] += 1
+    for split, n in counts.items():
+        check_count(checksums, f"opensubtitles/{split}", n, f"the {split} documents of OpenSubtitles")
     src_lang, tgt_lang = direction.split("-")
-    side = {"en": en, "ja": ja}
-    splits = {"train": [], "valid": [], "test": []}
-    for i, line in enumerate(ids):
-        fields = line.split("\t") if "\t" in line else line.split()
-        doc = fields[0] + " " + (fields[1] if len(fields) > 1 else "")  # en file + ja file = one movie pair
-        splits[document_split(doc)].append(i)
-    for split, rows in splits.items():
-        check_count(checksums, f"opensubtitles/{split}", len(rows), f"the {split} documents of OpenSubtitles")
-    for split, rows in splits.items():
-        write_split(outdir, split, src_lang, tgt_lang, [side[src_lang][i] for i in rows],
-                    [side[tgt_lang][i] for i in rows])
-        with atomic_write(os.path.join(outdir, f"{split}.docs")) as out:
-            for i in rows:
-                fields = ids[i].split("\t") if "\t" in ids[i] else ids[i].split()
-                out.write(fields[0] + " " + (fields[1] if len(fields) > 1 else "") + "\n")
-        print(f"opensubtitles {split}: {len(rows)} pairs", file=sys.stderr)
+    with contextlib.ExitStack() as outputs:  # an error discards every output
+        out = {(split, kind): outputs.enter_context(atomic_write(os.path.join(outdir, f"{split}.{kind}")))
+               for split in counts for kind in (src_lang, tgt_lang, "docs")}
+        for en, ja, doc in rows("OpenSubtitles: write"):
+            split = document_split(doc)
+            side = {"en": en, "ja": ja}
+            out[split, src_lang].write(side[src_lang] + "\n")
+            out[split, tgt_lang].write(side[tgt_lang] + "\n")
+            out[split, "docs"].write(doc + "\n")
+    for split, n in counts.items():
+        print(f"opensubtitles {split}: {n} pairs", file=sys.stderr)
 
 
 # -- cleaning (train only, after tokenisation) -------------------------------------------------
