@@ -342,3 +342,26 @@ def test_opensubtitles_streams_and_refuses_members_of_different_length(tmp_path,
     with pytest.raises(corpora.CorpusError, match="OpenSubtitles.en-ja.ja ended at line 3"):
         corpora.prepare_opensubtitles(str(tmp_path / "badout"), str(bad), offline=True)
     assert not (tmp_path / "badout").exists() or not os.listdir(tmp_path / "badout")
+
+
+def test_progress_in_a_batch_log_writes_one_record_per_line_without_repeats(monkeypatch):
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)  # not a terminal
+    monkeypatch.setenv("FAIRSEQ_CTX_PROGRESS", "1")
+    monkeypatch.setattr(streaming, "LOG_INTERVAL", 0.0)  # a record for every step
+    for _ in streaming.progress(range(4), "tokenise x", total=4):
+        pass
+    records = log.getvalue().split("\n")
+    assert "\r" not in log.getvalue() and records[-1] == "", records
+    assert all(r.startswith("tokenise x:") for r in records[:-1]), records
+    assert len(set(records[:-1])) == len(records[:-1])  # no record twice
+    assert [r.split("|")[0].split()[-1] for r in records[:-1]][-1] == "100%", records  # the final count
+
+
+def test_a_quick_step_prints_nothing_in_a_batch_log(monkeypatch):
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setenv("FAIRSEQ_CTX_PROGRESS", "1")
+    for _ in streaming.progress(range(1000), "clean", total=1000):
+        pass
+    assert log.getvalue() == ""

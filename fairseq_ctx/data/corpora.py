@@ -243,11 +243,7 @@ def decode_lines(data: bytes, name: str) -> List[str]:
 
 
 def _md5(path):
-    digest = hashlib.md5()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(streaming.BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return streaming.file_digest(path, "md5")
 
 
 def locate_archive(archive: Archive, local_dir: Optional[str], cache: str, offline: bool,

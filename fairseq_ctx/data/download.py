@@ -7,18 +7,19 @@ leaves the ``.part`` file behind; the next call resumes it with ``Range: bytes=N
 (a server that ignores Range answers 200 and the file is fetched again from the start).
 A checksum mismatch deletes the ``.part`` file and raises :class:`ChecksumError`.
 
-Only the standard library is used (urllib), so offline clusters need nothing extra:
+Transfers use the standard library (urllib; progress bars: tqdm), so offline clusters need nothing extra:
 ``fetch(..., local=PATH)`` or a pre-filled cache skip the network entirely.
 
 Usage: python -m fairseq_ctx.data.download URL [--sha256 HEX] [--cache DIR] [--name NAME]
 """
 import argparse
-import hashlib
 import os
 import shutil
 import sys
 import urllib.error
 import urllib.request
+
+from .streaming import file_digest, progress
 
 CHUNK = 1 << 20
 
@@ -37,11 +38,7 @@ def default_cache():
 
 
 def sha256_of(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_digest(path, "sha256")
 
 
 def _verify(path, sha256):
@@ -84,13 +81,16 @@ def download(url, dest, sha256=None, timeout=60, max_bytes=None):
             total = response.headers.get("Content-Length")
             total = int(total) + offset if total is not None else None
             written = 0
-            with open(part, "ab" if offset else "wb") as out:
+            with open(part, "ab" if offset else "wb") as out, \
+                    progress(None, f"download {os.path.basename(dest)}", unit="B", total=total) as bar:
+                bar.update(offset)
                 while True:
                     block = response.read(CHUNK if max_bytes is None else min(CHUNK, max_bytes - written))
                     if not block:
                         break
                     out.write(block)
                     written += len(block)
+                    bar.update(len(block))
                     if max_bytes is not None and written >= max_bytes:
                         raise DownloadError(f"{url}: stopped after {written} bytes (max_bytes); "
                                             f"{part} is kept for resumption")

@@ -65,6 +65,9 @@ def file_lines(path: str) -> Iterator[str]:
         yield from decoded_lines(handle, path)
 
 
+LOG_INTERVAL = 60.0  # seconds between progress records in a batch log (and before the first)
+
+
 class _LogLines:
     """stderr for tqdm in a batch log: each record on a line of its own (tqdm separates
     them with \r, which a log file keeps as one ever-growing line), repeats dropped."""
@@ -91,9 +94,23 @@ def progress(iterable: Optional[Iterable], desc: str, unit: str = "lines", total
     tty = sys.stderr.isatty()
     return tqdm(iterable, desc=desc, unit=unit, total=total,
                 file=sys.stderr if tty else _LogLines(sys.stderr),
-                mininterval=1.0 if tty else 60.0, delay=1.0 if tty else 60.0,
+                mininterval=1.0 if tty else LOG_INTERVAL, delay=1.0 if tty else LOG_INTERVAL,
                 dynamic_ncols=tty, ncols=None if tty else 100, unit_scale=unit_scale,
                 disable=os.environ.get("FAIRSEQ_CTX_PROGRESS", "1") == "0")
+
+
+def file_digest(path: str, algorithm: str) -> str:
+    """Hex digest (``hashlib`` name) of a file, read block by block, with a progress bar:
+    an archive of tens of GB takes minutes to check."""
+    import hashlib
+
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as handle, progress(None, f"{algorithm} {os.path.basename(path)}", unit="B",
+                                              total=os.path.getsize(path)) as bar:
+        for block in iter(lambda: handle.read(BLOCK), b""):
+            digest.update(block)
+            bar.update(len(block))
+    return digest.hexdigest()
 
 
 def count_lines(path: str) -> int:
