@@ -194,21 +194,15 @@ def summarize(bleus):
 
 
 def paired_bs(base_hyps, sys_hyps, refs, tgt="en", n_samples=1000):
-    """sacreBLEU's paired bootstrap resampling (the API behind ``--paired-bs``)."""
+    """Per-seed paired bootstrap (``evaluation.scoring.paired_test``), with its CIs."""
     from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
 
-    from fairseq_ctx.evaluation.scoring import sacrebleu_tokenizer
+    from fairseq_ctx.evaluation.scoring import paired_test, sacrebleu_tokenizer
 
-    assert len(base_hyps) == len(sys_hyps) == len(refs)
-    metric = BLEU(tokenize=sacrebleu_tokenizer(tgt))
-    test = PairedTest([("baseline", base_hyps), ("system", sys_hyps)], {"BLEU": metric},
-                      references=[refs], test_type="bs", n_samples=n_samples)
-    sigs, scores = test()
-    b, s = scores["BLEU"][0], scores["BLEU"][1]
+    signature, b, s = paired_test(base_hyps, sys_hyps, refs, BLEU(tokenize=sacrebleu_tokenizer(tgt)), n_samples)
     return {"baseline_bleu": b.score, "system_bleu": s.score, "p_value": s.p_value,
             "system_mean": s.mean, "system_ci": s.ci, "baseline_mean": b.mean,
-            "baseline_ci": b.ci, "signature": str(sigs["BLEU"])}
+            "baseline_ci": b.ci, "signature": signature}
 
 
 def compare(results, baselines, refs, tgt="en", n_samples=1000, alpha=0.05):

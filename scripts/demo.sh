@@ -10,7 +10,7 @@
 #
 # Knobs (environment): DEMO_UPDATES (default 400), DEMO_ROWS (glob over row names,
 # default all, e.g. DEMO_ROWS='00-*'), DEMO_DIR (default work/demo), DEMO_SEED (1),
-# DEMO_BEAM (5), DEMO_JOBS, DEMO_THREADS, DEMO_PREP_ARGS (extra
+# DEMO_BEAM (default: the demo's evaluation setting, fairseq_ctx/evaluation/defaults.py), DEMO_JOBS, DEMO_THREADS, DEMO_PREP_ARGS (extra
 # scripts/prepare-tatoeba.sh options, e.g. a smaller slice), DEMO_GEN_ARGS (extra
 # fairseq-generate options). Rows already finished with the same settings are reused.
 set -euo pipefail
@@ -19,7 +19,7 @@ DEMO_UPDATES=${DEMO_UPDATES:-400}
 DEMO_ROWS=${DEMO_ROWS:-*}
 DEMO_DIR=${DEMO_DIR:-work/demo}
 DEMO_SEED=${DEMO_SEED:-1}
-DEMO_BEAM=${DEMO_BEAM:-5}
+DEMO_BEAM=${DEMO_BEAM:-}
 DEMO_JOBS=${DEMO_JOBS:-$(nproc)}
 DEMO_PREP_ARGS=${DEMO_PREP_ARGS:-}
 DEMO_GEN_ARGS=${DEMO_GEN_ARGS:-}
@@ -60,7 +60,7 @@ run_row() {
     t1=$(date +%s)
     OMP_NUM_THREADS=$DEMO_THREADS $PY -m fairseq_ctx.evaluation --paper demo --data "$data/bin" \
         --save-dir "$dir/checkpoints" --src zh --tgt en --ref "$data/raw/test.en" \
-        --beam "$DEMO_BEAM" --out-dir "$dir/eval" -- "${gen_args[@]}" > "$dir/eval.log" 2>&1 \
+        ${DEMO_BEAM:+--beam "$DEMO_BEAM"} --out-dir "$dir/eval" -- "${gen_args[@]}" > "$dir/eval.log" 2>&1 \
         || { cat "$dir/eval.log" >&2; echo "demo: $row: evaluation failed" >&2; return 1; }
     $PY -m fairseq_ctx.demo_table record --run-dir "$dir" --row "$row" --train-seconds $((t1 - t0)) \
         --eval-seconds $(( $(date +%s) - t1 ))

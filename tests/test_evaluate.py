@@ -149,6 +149,21 @@ def test_unknown_paper_is_one_clear_error_with_exit_2(files, capsys):
     assert not (files / "out").exists()
 
 
+def test_generate_args_after_the_separator_are_used_and_recorded_or_refused(files, capsys):
+    """`-- --beam 9` made fairseq-generate decode with beam 9 while result.json said the
+    paper's beam: now such an option is taken as this command's own (used and recorded),
+    abbreviations too; one without an equivalent here is refused, pointing at the right one."""
+    base = ["--data", str(files / "bin"), "--save-dir", str(files / "ckpts"), "--src", "en", "--tgt", "de",
+            "--ref", str(files / "ref"), "--out-dir", str(files / "out"), "--paper", "yang2019"]
+    args = _parse(files, "--paper", "yang2019", "--", "--beam", "9", "--lenp=1.3", "--unkpen", "1", "--max-len-b", "7")
+    assert (args.beam, args.lenpen, args.max_len_b, args.extra) == (9, 1.3, 7, ["--unkpen", "1"])
+    assert args.max_len_a == defaults.PAPER_DEFAULTS["yang2019"].max_len_a
+    assert "use --subset instead" in _fails(capsys, [*base, "--", "--gen-subset", "valid"])
+    assert "cannot be changed" in _fails(capsys, [*base, "--", "--nbest", "3"])
+    assert "give it once" in _fails(capsys, [*base, "--beam", "4", "--", "--beam", "9"])
+    assert not (files / "out").exists()
+
+
 def test_help_lists_every_papers_defaults(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.evaluate(["--help"])
@@ -186,12 +201,13 @@ def test_stock_transformer_cli_roundtrip_then_evaluate_every_sentence(cli_roundt
     # no --paper: the demo's settings, its checkpoint (checkpoint_last.pt) of --save-dir
     cli.evaluate(["--data", str(tiny_corpus / "bin"), "--save-dir", str(tmp_path / "checkpoints"), "--src", "zh",
                   "--tgt", "en", "--ref", str(tiny_corpus / "raw" / "test.en"), "--beam", "2", "--out-dir", str(out),
-                  "--", "--max-len-b", "10"])
+                  "--", "--max-len-b", "10", "--unkpen", "0.5"])
     printed = capsys.readouterr().out
     scored = json.loads((out / "result.json").read_text())
     assert scored["sentences"] == TINY_TEST_SENTENCES and 0.0 <= scored["sacrebleu"]["bleu"] <= 100.0
     assert scored["checkpoint"].endswith("checkpoint_last.pt") and scored["paper"] == "demo"
     assert scored["generation"]["beam"] == 2 and scored["tokenized"]["bleu"] >= 0.0
+    assert scored["generation"]["max_len_b"] == 10 and scored["generation"]["extra_generate_args"] == ["--unkpen", "0.5"]
     assert scored["sacrebleu"]["signature"].startswith("nrefs:1|")
     assert f"({scored['sacrebleu']['signature']})" in printed and f"{TINY_TEST_SENTENCES} sentences" in printed
     with open(out / "hyp.detok.en", encoding="utf-8") as handle:

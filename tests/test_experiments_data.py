@@ -229,7 +229,7 @@ def test_wmt_archive_md5_mismatch_is_rejected(tmp_path):
     cache.mkdir()
     (cache / "test-full.tgz").write_bytes(b"corrupt")
     with pytest.raises(ChecksumError, match="md5"):
-        corpora.read_archive_pairs(corpora.CORPORA["wmt14-en-de"].test, None, str(cache), offline=True)
+        corpora.locate_archive(corpora.CORPORA["wmt14-en-de"].test, None, str(cache), offline=True)
     assert not (cache / "test-full.tgz").exists()
 
 

@@ -42,7 +42,6 @@ directory. OpenSubtitles2018 Ja-En comes from OPUS (``opensubtitles``).
 import argparse
 import contextlib
 import hashlib
-import io
 import itertools
 import json
 import os
@@ -50,7 +49,6 @@ import re
 import shutil
 import sys
 import tarfile
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -237,11 +235,6 @@ def require_cwmt(name: str, extra_train: Sequence[str], without_cwmt: bool):
 # -- reading ---------------------------------------------------------------------------------
 
 
-def decode_lines(data: bytes, name: str) -> List[str]:
-    """All lines of a small in-memory file (``streaming.decoded_lines``)."""
-    return list(decoded_lines(io.BytesIO(data), name))
-
-
 def _md5(path):
     return streaming.file_digest(path, "md5")
 
@@ -363,19 +356,6 @@ def spool_archive_pairs(archive: Archive, local_dir, cache, offline, spool_dir,
     return pairs
 
 
-def read_archive_pairs(archive: Archive, local_dir, cache, offline,
-                       checksums: Optional[Checksums] = None) -> List[Tuple[List[str], List[str]]]:
-    """The member pairs of a small archive (dev / test sets) as lists of lines."""
-    with tempfile.TemporaryDirectory(prefix="fairseq-ctx-spool-") as spool_dir:
-        return [(_lines(src), _lines(tgt))
-                for src, tgt, _ in spool_archive_pairs(archive, local_dir, cache, offline, spool_dir, checksums)]
-
-
-def _lines(path):
-    with open(path, encoding="utf-8", newline="") as handle:  # small (dev / test): split at \n only,
-        lines = handle.read().split("\n")                      # a \r inside a segment stays in its line
-    return lines[:-1] if lines and lines[-1] == "" else lines
-
 
 def _concatenate(parts, path):
     """Concatenate spooled files into ``path`` (atomically), streaming."""
@@ -438,11 +418,6 @@ def write_split(outdir, split, src_lang, tgt_lang, src_lines, tgt_lines):
         with atomic_write(os.path.join(outdir, f"{split}.{lang}")) as out:
             out.writelines(line + "\n" for line in lines)
 
-
-def _read_plain(path):
-    if not os.path.exists(path):
-        raise CorpusError(f"missing input: {path}")
-    return list(file_lines(path))
 
 
 # -- ASPEC-JE (Nakazawa et al. 2016), local files only -------------------------------------

@@ -24,10 +24,15 @@ def sacrebleu_tokenizer(lang):
     return {"zh": "zh", "ja": "ja-mecab"}.get(lang, "13a")
 
 
+def _corpus_bleu(hypotheses, references, lang):
+    _check(hypotheses, references)
+    bleu = sacrebleu.metrics.BLEU(tokenize=sacrebleu_tokenizer(lang))
+    return bleu, bleu.corpus_score(hypotheses, [references])
+
+
 def score(hypotheses, references, tgt):
     """sacreBLEU of detokenised hypotheses against the raw references, with its signature."""
-    bleu = sacrebleu.metrics.BLEU(tokenize=sacrebleu_tokenizer(tgt))
-    result = bleu.corpus_score(hypotheses, [references])
+    bleu, result = _corpus_bleu(hypotheses, references, tgt)
     return {"bleu": round(result.score, 2), "signature": str(bleu.get_signature()), "text": str(result)}
 
 
@@ -63,8 +68,7 @@ def tokenized_bleu(hypotheses, references, lang, compound: Optional[bool] = None
 
 
 def sacre_bleu(hypotheses, references, lang):
-    _check(hypotheses, references)
-    return sacrebleu.metrics.BLEU(tokenize=sacrebleu_tokenizer(lang)).corpus_score(hypotheses, [references]).score
+    return _corpus_bleu(hypotheses, references, lang)[1].score
 
 
 def compound_flag(setting: str) -> Optional[bool]:
@@ -72,12 +76,26 @@ def compound_flag(setting: str) -> Optional[bool]:
     return {"auto": None, "yes": True, "no": False}[setting]
 
 
-def paired_bootstrap(baseline, system, references, lang, samples=1000, seed=12345, tokenized=False,
-                     compound: Optional[bool] = None):
-    """p-value of ``system`` vs ``baseline`` (paired bootstrap, Koehn 2004); ``tokenized``: on
-    tokenised BLEU, compound-split as :func:`tokenized_bleu` (``compound`` None: for German)."""
+def paired_test(baseline, system, references, metric, samples=1000, seed=12345):
+    """sacreBLEU's paired bootstrap resampling (Koehn 2004; the API behind ``--paired-bs``)
+    with a fixed seed: (signature, baseline result, system result); the system's carries
+    ``p_value``, and both the bootstrap ``mean`` and 95% ``ci``."""
     from sacrebleu.significance import PairedTest
 
+    _check(baseline, references)
+    _check(system, references)
+    test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": metric}, [references],
+                      test_type="bs", n_samples=samples)
+    test._seed = seed  # sacreBLEU's own knob (SACREBLEU_SEED); fixed for reproducible p-values
+    signatures, scores = test()
+    base, ours = scores["BLEU"]
+    return str(signatures["BLEU"]), base, ours
+
+
+def paired_bootstrap(baseline, system, references, lang, samples=1000, seed=12345, tokenized=False,
+                     compound: Optional[bool] = None):
+    """p-value of ``system`` vs ``baseline`` (:func:`paired_test`); ``tokenized``: on
+    tokenised BLEU, compound-split as :func:`tokenized_bleu` (``compound`` None: for German)."""
     _check(baseline, references)
     _check(system, references)
     if tokenized:
@@ -87,11 +105,7 @@ def paired_bootstrap(baseline, system, references, lang, samples=1000, seed=1234
         metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)
     else:
         metric = sacrebleu.metrics.BLEU(tokenize=sacrebleu_tokenizer(lang))
-    test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": metric}, [references],
-                      test_type="bs", n_samples=samples)
-    test._seed = seed  # sacreBLEU's own knob (SACREBLEU_SEED); fixed for reproducible p-values
-    _, scores = test()
-    base, ours = scores["BLEU"]
+    _, base, ours = paired_test(baseline, system, references, metric, samples, seed)
     return {"baseline": round(base.score, 2), "system": round(ours.score, 2),
             "delta": round(ours.score - base.score, 2), "p_value": ours.p_value, "samples": samples}
 

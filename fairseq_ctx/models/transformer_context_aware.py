@@ -344,8 +344,9 @@ class ContextAwareTransformerModel(TransformerModel):
                             help='ablation (footnote 1): no gating scalar, Q^ = Q + C U_Q')
         parser.add_argument('--context-init', choices=CONTEXT_INITS,
                             help='initial U / V (not in the paper): glorot (default), gate_half '
-                                 '(V = 0: lambda starts at 0.5), matched (rms(C U) = rms(Q) at the '
-                                 'start), zero_context (U = 0)')
+                                 '(V = 0: lambda starts at 0.5), matched (U rescaled so that rms(C U) = '
+                                 'rms(Q) for i.i.d. context entries of the layer input\'s variance; '
+                                 'in a real encoder 0.5-1.2 of it), zero_context (U = 0)')
         # fmt: on
 
     @classmethod

@@ -1,5 +1,6 @@
 """The four papers' tables, cell by cell, as the papers print them (transcribed from the
-text extractions in shared/papers/, see PAPERS[...].files).
+text extractions of the papers, see PAPERS[...].files; in this project's development tree
+they sit in ../shared/papers/, which the tests read).
 
 Every value is the STRING the paper prints ("26.20", "88.0M", "+25.2M", "68,460,544",
 "n/a"); significance marks are kept apart from the value:
@@ -85,7 +86,7 @@ class PaperTable:
 @dataclass
 class Paper:
     title: str
-    files: Tuple[str, ...]  # under shared/papers/, primary rendering first
+    files: Tuple[str, ...]  # text extractions (../shared/papers/ in development), primary rendering first
     stated: Dict[str, str]  # topic -> quotation
     unstated: List[str]  # topics the paper does not state (our choice there is an assumption)
     notes: List[str] = field(default_factory=list)
@@ -426,7 +427,7 @@ PAPERS: Dict[str, Paper] = {
             "Two renderings: the primary (AAAI version) drops every arrow glyph (language-pair arrows and "
             "significance marks) and the Table 3 check marks; the alt rendering (arXiv version, same numbers) keeps "
             "the ⇑ marks and ✓/× but has no captions. Marks and Table 3 flags come from the alt rendering.",
-            "tables.py's defaults (average_last=5, beam=4, lenpen=0.6) are Vaswani et al. 2017's published "
+            "The evaluation defaults for this paper (evaluation/defaults.py: average_last=5, beam=4, lenpen=0.6) are Vaswani et al. 2017's published "
             "Base setup, not anything this paper states: label them as assumptions.",
         ]),
     WANG: Paper(
@@ -542,7 +543,7 @@ PAPERS: Dict[str, Paper] = {
             "(the text says 'words' and 'tokens')",
             "what the underlining in Tables 3 and 4 means (the extracted footer does not say)",
         ],
-        notes=["tables.py's iida2019 settings (average_last=0, beam=5, lenpen=1.0) are fairseq's defaults, "
+        notes=["The evaluation defaults for iida2019 (evaluation/defaults.py: average_last=0, beam=5, lenpen=1.0) are fairseq's defaults, "
                "not anything the paper states: label them as assumptions."]),
 }
 
