@@ -70,7 +70,7 @@ setup(
         "subword-nmt>=0.3.8",  # --num-workers (parallel learn / apply)
         "sentencepiece",
         "jieba",
-        "tqdm",  # data-preparation progress
+        "tqdm>=4.60",  # data-preparation progress (delay=)
     ],
     extras_require={"ja": ["fugashi", "unidic-lite"], "test": ["pytest", "pytest-timeout"]},
     entry_points={"console_scripts": CONSOLE_SCRIPTS},

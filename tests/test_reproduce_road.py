@@ -52,7 +52,7 @@ def test_reproduce_dry_run_prints_the_effective_batch_of_every_cell_on_two_nodes
 def test_slurm_launcher_uses_fairseqs_own_slurm_support():
     cmd = train.build_command(os.path.join(train.CONFIGS, "yang2019", "transformer_base.args"), "p40", "BIN", "SAVE",
                               launcher="slurm", gpus=4, nnodes=2, master_port=12345)
-    assert cmd[:7] == ["srun", "--nodes", "2", "--ntasks-per-node", "4", "--gpus-per-node", "4"]
+    assert cmd[:8] == ["srun", "--nodes", "2", "--ntasks-per-node", "4", "--gpus-per-node", "4", "--gpu-bind=none"]
     assert cmd[cmd.index("--distributed-world-size") + 1] == "8" and cmd[cmd.index("--distributed-port") + 1] == "12345"
     with pytest.raises(train.BatchError, match="torchrun"):
         train.build_command(os.path.join(train.CONFIGS, "yang2019", "transformer_base.args"), "p40", "BIN", "SAVE",

@@ -101,15 +101,9 @@ def plot_learning_curves(curves: Mapping[str, Mapping[str, Mapping]], pairs: Seq
     One row per pair, one column per metric; each config's mean over seeds as a line with
     markers and its min-max over seeds as a band. Returns ``path``.
     """
-    import logging
+    from .plotting import pyplot
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    # fairseq's logging setup lets matplotlib's font-manager DEBUG lines through
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    plt = pyplot()
 
     metrics = list(metrics)
     pairs = list(pairs) or [(name, None) for name in sorted(curves)]

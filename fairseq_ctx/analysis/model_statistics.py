@@ -140,11 +140,10 @@ def routing_statistics(path, data, subset="valid", max_batches=None):
 
 
 def _plot(path, series, ylabel, title):
-    try:
-        import matplotlib
+    from .plotting import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    try:
+        plt = pyplot()
     except ImportError:
         print(f"statistics: matplotlib not installed; {path} not written (the tables were)", file=sys.stderr)
         return False

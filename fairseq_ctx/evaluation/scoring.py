@@ -146,11 +146,10 @@ def markdown_table(header, rows):
 
 def plot_length_buckets(series: Dict[str, List[Dict]], path, title="BLEU by source length"):
     """series: system name -> bleu_by_length rows. Needs matplotlib (optional dependency)."""
-    try:
-        import matplotlib
+    from ..analysis.plotting import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    try:
+        plt = pyplot()
     except ImportError as error:
         raise RuntimeError("PNG plots need matplotlib (pip install matplotlib); the tables were written") from error
     buckets = sorted({r["bucket"] for rows in series.values() for r in rows}, key=lambda b: int(b.split("-")[0]))

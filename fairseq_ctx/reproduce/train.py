@@ -191,9 +191,11 @@ def build_command(config, setting, data, save_dir, extra=(), launcher="spawn", g
                 "-m", "fairseq_ctx.reproduce.distributed_entry", *args]
     if launcher == "slurm":
         # fairseq's own SLURM support: one task per GPU; fairseq reads the ranks from SLURM's
-        # environment and rendezvous on the first node at --distributed-port
+        # environment and rendezvous on the first node at --distributed-port. fairseq takes
+        # device SLURM_LOCALID, so every task must see all of its node's GPUs: --gpu-bind=none
+        # (a site default binding one GPU per task would leave tasks 1-3 without device 1-3)
         return ["srun", "--nodes", str(hw.nnodes), "--ntasks-per-node", str(hw.gpus), "--gpus-per-node", str(hw.gpus),
-                python, "-m", "fairseq_cli.train", *args, "--distributed-world-size", str(hw.world),
+                "--gpu-bind=none", python, "-m", "fairseq_cli.train", *args, "--distributed-world-size", str(hw.world),
                 "--distributed-port", str(master_port)]
     if launcher != "spawn":
         raise ValueError(f"unknown launcher {launcher!r} (spawn, torchrun or slurm)")

@@ -5,6 +5,7 @@
 #          iida (2 GPUs x 2000 tokens; NAG lr 0.005, 20 epochs) | modern (bf16, same effective batch) | cpu
 # Options: --launcher spawn|torchrun, --gpus N, --nnodes M --node-rank R --master-addr HOST
 #          --master-port P (multi-node with torchrun: the same command on every node),
+#          --launcher slurm (inside an sbatch allocation: one srun step, fairseq's own SLURM support),
 #          --max-tokens-per-gpu N (modern), --reference p40|cao|iida (modern), --backend gloo, --dry-run.
 # CONFIG: a path, or a shipped config by name (fairseq_ctx/configs/<paper>/<row>.args; the older
 # configs/<paper>/<row>.args still resolves). Installed: fairseq-ctx-train. See fairseq_ctx/reproduce/train.py.
