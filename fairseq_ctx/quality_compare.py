@@ -58,15 +58,11 @@ import time
 from .atomic import atomic_write
 from .evaluation.defaults import PAPER_DEFAULTS
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
+from .reproduce.train import read_args_file
 
 DEMO = PAPER_DEFAULTS["demo"]  # evaluated with the demo's settings
 
 STOCK_ARCHS = {"transformer": "transformer", "lstm": "lstm"}  # arch -> family
-
-
-def read_args_file(path):
-    with open(path) as f:
-        return shlex.split(f.read(), comments=True)
 
 
 def arch_of(args):

@@ -48,14 +48,12 @@ PAPER_SETTING = {"yang2019": "p40", "wang2019": "p40", "cao": "cao", "iida2019":
 
 
 def read_args_file(path):
-    """An args file: options separated by whitespace, '#' starts a comment."""
+    """An args file: options separated by whitespace, shell quoting, a word starting with
+    '#' starts a comment (to the end of its line)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"config not found: {path}")
-    words = []
     with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            words += shlex.split(line.split("#", 1)[0])
-    return words
+        return shlex.split(handle.read(), comments=True)
 
 
 def paper_of(config):
