@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from ..paths import PACKAGE_DIR as USER_DIR
+from ..reproduce.params import make_dictionary  # noqa: F401  (re-exported: a joint synthetic dictionary)
 
 # Size overrides, keyed by model family. Each entry is (namespace attribute, option,
 # value or None for a store_true flag); an entry is only passed when the architecture's
@@ -116,16 +117,6 @@ def resolve_systems(baselines: Sequence[str], systems: Sequence[str]) -> List[Sy
             raise ValueError(f"duplicate system name {s.name!r}")
         seen.add(s.name)
     return specs
-
-
-def make_dictionary(vocab: int):
-    """A joint synthetic dictionary of ``vocab`` symbols in total (4 specials included)."""
-    from fairseq.data import Dictionary
-
-    d = Dictionary()
-    for i in range(vocab - len(d)):
-        d.add_symbol(f"w{i}")
-    return d
 
 
 def ensure_plugin_imported():
