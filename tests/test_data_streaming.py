@@ -10,6 +10,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -145,7 +146,7 @@ def _upper(line):
 
 
 def test_parallel_map_reads_at_most_one_round_ahead_of_what_it_wrote(tmp_path, monkeypatch):
-    """Bounded memory: the reader is never more than workers x round_lines lines ahead of
+    """Bounded memory: the reader is never more than round_lines lines ahead of
     the writer (a Pool.imap over the file would read all of it at once)."""
     src = tmp_path / "src"
     src.write_text("".join(f"line {i}\n" for i in range(20_000)))
@@ -178,10 +179,10 @@ def test_parallel_map_reads_at_most_one_round_ahead_of_what_it_wrote(tmp_path, m
 
     monkeypatch.setattr(streaming, "progress", counting_progress)
     monkeypatch.setattr(streaming, "atomic_write", counting_atomic_write)
-    streaming.parallel_map_lines(str(src), str(tmp_path / "dst"), _upper, "test", workers=2, round_lines=50)
+    streaming.parallel_map_lines(str(src), str(tmp_path / "dst"), _upper, "test", workers=3, round_lines=60)
     assert (tmp_path / "dst").read_text() == src.read_text().upper()
     assert state["written"] == 20_000
-    assert state["lead"] <= 2 * 50, state
+    assert state["lead"] <= 60, state
 
 
 def _pid(line):
@@ -192,7 +193,7 @@ def _pid(line):
 def test_parallel_map_runs_on_worker_processes(tmp_path):
     src = tmp_path / "src"
     src.write_text("x\n" * 1_000)
-    streaming.parallel_map_lines(str(src), str(tmp_path / "dst"), _pid, "test", workers=2)
+    streaming.parallel_map_lines(str(src), str(tmp_path / "dst"), _pid, "test", workers=2, round_lines=100)
     pids = set((tmp_path / "dst").read_text().split())
     assert len(pids) == 2 and str(os.getpid()) not in pids, pids
 
@@ -215,37 +216,65 @@ def _subword_nmt():
     return shutil.which("subword-nmt") or os.path.join(os.path.dirname(sys.executable), "subword-nmt")
 
 
+def _realistic_lines(rng, n):
+    """Tokenised-looking text: mixed case, digits, punctuation, Moses entities, accents, CJK,
+    empty lines, leading / trailing / repeated spaces, a few very long lines."""
+    vocabulary = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyzéüçßABCDE0123456789-")
+                          for _ in range(rng.randint(1, 12))) for _ in range(3_000)]
+    vocabulary += ["&apos;s", "&quot;", "&amp;", "@-@", ",", ".", "(", ")", "東京", "Müller", "l&apos;"]
+    lines = []
+    for i in range(n):
+        words = [rng.choice(vocabulary) for _ in range(rng.choice([0, 3, 12, 25, 400 if i % 997 == 0 else 8]))]
+        line = " ".join(words)
+        if i % 13 == 0:
+            line = "  " + line
+        if i % 17 == 0:
+            line = line + " "
+        if i % 19 == 0:
+            line = line.replace(" ", "  ", 1)
+        lines.append(line)
+    return lines
+
+
 @pytest.fixture(scope="module")
 def bpe_text(tmp_path_factory):
     root = tmp_path_factory.mktemp("bpe")
-    text = root / "train.en"
     rng = random.Random(0)
-    words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(3, 9))) for _ in range(3_000)]
-    text.write_text("".join(" ".join(rng.choice(words) for _ in range(12)) + "\n" for _ in range(6_000)))
+    text, other = root / "train.en", root / "train.de"
+    text.write_text("".join(line + "\n" for line in _realistic_lines(rng, 6_000)))
+    other.write_text("".join(line + "\n" for line in _realistic_lines(rng, 4_000)))
     codes = root / "codes"  # subword-nmt's own learn-bpe, one core
-    subprocess.run([_subword_nmt(), "learn-bpe", "-s", "80", "--input", str(text), "--output", str(codes)],
+    subprocess.run([_subword_nmt(), "learn-bpe", "-s", "300", "--input", str(text), "--output", str(codes)],
                    check=True)
-    return text, codes
+    return text, other, codes
 
 
-def test_learn_bpe_on_workers_is_bytewise_subword_nmts_on_one_core(bpe_text, tmp_path, monkeypatch):
-    text, codes = bpe_text
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmp"))  # $TMPDIR is not used
-    bpe.learn_file(str(text), str(tmp_path / "codes"), 80, workers=2)
+def test_learn_bpe_on_workers_is_bytewise_subword_nmts_on_one_core(bpe_text, tmp_path):
+    text, _, codes = bpe_text
+    bpe.main(["learn", "--symbols", "300", "--workers", "2", "--input", str(text), "--output", str(tmp_path / "codes")])
     assert (tmp_path / "codes").read_bytes() == codes.read_bytes()
-    assert os.listdir(tmp_path) == ["codes"]  # the workers' temporaries were beside it and are gone
+    assert os.listdir(tmp_path) == ["codes"]  # no temporaries left
+
+
+def test_joint_learn_bpe_is_subword_nmts_learn_joint_bpe_and_vocab(bpe_text, tmp_path):
+    text, other, _ = bpe_text
+    subprocess.run([_subword_nmt(), "learn-joint-bpe-and-vocab", "-s", "300", "--input", str(text), str(other),
+                    "-o", str(tmp_path / "joint"), "--write-vocabulary", str(tmp_path / "v1"), str(tmp_path / "v2")],
+                   check=True, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    bpe.learn_file([str(text), str(other)], str(tmp_path / "ours"), 300, workers=2)
+    assert (tmp_path / "ours").read_bytes() == (tmp_path / "joint").read_bytes()
 
 
 def test_apply_bpe_on_workers_is_bytewise_subword_nmts_on_one_core(bpe_text, tmp_path, monkeypatch):
-    text, codes = bpe_text
+    text, _, codes = bpe_text
     serial = tmp_path / "serial"
     with open(text) as stdin, open(serial, "w") as stdout:
         subprocess.run([_subword_nmt(), "apply-bpe", "-c", str(codes)], stdin=stdin, stdout=stdout, check=True)
-    monkeypatch.setattr(streaming, "ROUND_LINES", 500)  # several rounds
+    monkeypatch.setattr(streaming, "ROUND_LINES", 500)  # many blocks
     bpe.main(["apply", "--codes", str(codes), "--workers", "2", "--input", str(text),
               "--output", str(tmp_path / "parallel")])
     assert (tmp_path / "parallel").read_bytes() == serial.read_bytes()
-    assert "@@" in serial.read_text()
+    assert "@@" in serial.read_text() and "\n  " in serial.read_text() and " \n" in serial.read_text()
 
     # and the segmentation did run on two worker processes
     monkeypatch.setattr(bpe, "_segment", _pid)
@@ -363,3 +392,35 @@ def test_a_quick_step_prints_nothing_in_a_batch_log(monkeypatch):
     for _ in streaming.progress(range(1000), "clean", total=1000):
         pass
     assert log.getvalue() == ""
+
+
+def _kill_self_on_seven(line):
+    if line == "7":
+        os.kill(os.getpid(), signal.SIGKILL)  # what the OOM killer does
+    return line
+
+
+def test_a_killed_worker_is_an_error_not_a_hang(tmp_path):
+    src = tmp_path / "src"
+    src.write_text("".join(f"{i}\n" for i in range(100)))
+    code = ("import sys; from fairseq_ctx.data import streaming; from tests.test_data_streaming import "
+            "_kill_self_on_seven as f\n"
+            f"streaming.parallel_map_lines({str(src)!r}, {str(tmp_path / 'dst')!r}, f, 'test', workers=2)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          env=dict(os.environ, FAIRSEQ_CTX_NO_MODELS="1"))
+    assert proc.returncode != 0 and "BrokenProcessPool" in proc.stderr, proc.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_a_worker_setup_error_is_raised_at_once_and_leaves_no_output(tmp_path):
+    src = tmp_path / "src"
+    src.write_text("a b c\n" * 100)
+    started = time.time()
+    with pytest.raises(FileNotFoundError, match="no-such-codes"):
+        bpe.apply_file(str(tmp_path / "no-such-codes"), str(src), str(tmp_path / "dst"), workers=2)
+    assert time.time() - started < 30 and sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_default_workers_are_the_cpus_this_job_may_use():
+    assert streaming.default_workers() == len(os.sched_getaffinity(0))

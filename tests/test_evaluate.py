@@ -151,14 +151,18 @@ def test_unknown_paper_is_one_clear_error_with_exit_2(files, capsys):
 
 def test_generate_args_after_the_separator_are_used_and_recorded_or_refused(files, capsys):
     """`-- --beam 9` made fairseq-generate decode with beam 9 while result.json said the
-    paper's beam: now such an option is taken as this command's own (used and recorded),
-    abbreviations too; one without an equivalent here is refused, pointing at the right one."""
+    paper's beam: now such an option (or its alias) is taken as this command's own (used and
+    recorded); one without an equivalent here is refused, pointing at the right one."""
     base = ["--data", str(files / "bin"), "--save-dir", str(files / "ckpts"), "--src", "en", "--tgt", "de",
             "--ref", str(files / "ref"), "--out-dir", str(files / "out"), "--paper", "yang2019"]
-    args = _parse(files, "--paper", "yang2019", "--", "--beam", "9", "--lenp=1.3", "--unkpen", "1", "--max-len-b", "7")
-    assert (args.beam, args.lenpen, args.max_len_b, args.extra) == (9, 1.3, 7, ["--unkpen", "1"])
+    args = _parse(files, "--paper", "yang2019", "--", "--beam", "9", "--lenpen=-0.5", "--unkpen", "1",
+                  "--max-len-b", "7", "--max-sentences", "3", "--remove-bpe", "--sacrebleu")
+    assert (args.beam, args.lenpen, args.max_len_b, args.batch_size) == (9, -0.5, 7, 3)
+    assert args.remove_bpe == "@@ " and args.extra == ["--unkpen", "1", "--sacrebleu"]
     assert args.max_len_a == defaults.PAPER_DEFAULTS["yang2019"].max_len_a
     assert "use --subset instead" in _fails(capsys, [*base, "--", "--gen-subset", "valid"])
+    assert "use --tgt instead" in _fails(capsys, [*base, "--", "-t", "en"])
+    assert "needs a value" in _fails(capsys, [*base, "--", "--beam", "-s", "de"])
     assert "cannot be changed" in _fails(capsys, [*base, "--", "--nbest", "3"])
     assert "give it once" in _fails(capsys, [*base, "--beam", "4", "--", "--beam", "9"])
     assert not (files / "out").exists()
@@ -208,6 +212,7 @@ def test_stock_transformer_cli_roundtrip_then_evaluate_every_sentence(cli_roundt
     assert scored["checkpoint"].endswith("checkpoint_last.pt") and scored["paper"] == "demo"
     assert scored["generation"]["beam"] == 2 and scored["tokenized"]["bleu"] >= 0.0
     assert scored["generation"]["max_len_b"] == 10 and scored["generation"]["extra_generate_args"] == ["--unkpen", "0.5"]
+    assert scored["generation"]["batch_size"] == 128
     assert scored["sacrebleu"]["signature"].startswith("nrefs:1|")
     assert f"({scored['sacrebleu']['signature']})" in printed and f"{TINY_TEST_SENTENCES} sentences" in printed
     with open(out / "hyp.detok.en", encoding="utf-8") as handle:

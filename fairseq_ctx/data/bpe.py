@@ -1,31 +1,38 @@
 """subword-nmt BPE on every core: learn merges and apply them to large files.
 
-The segmentation is subword-nmt's own (``subword_nmt.apply_bpe.BPE``,
-``subword_nmt.learn_bpe.learn_bpe``); this module only drives it:
+The segmentation and the merge learning are subword-nmt's own (``subword_nmt.apply_bpe.BPE``,
+``subword_nmt.learn_bpe.learn_bpe``); this module only drives them, because subword-nmt's CLI
+(0.3.8) runs ``learn-bpe`` and ``apply-bpe`` on one core whatever ``--num-workers`` says, and
+its parallel paths lose a worker's exception and spool through ``$TMPDIR``:
 
-* apply: subword-nmt's CLI (0.3.8) ignores ``--num-workers`` for ``apply-bpe`` and
-  ``learn-bpe``, and its parallel ``process_lines`` drops a worker's exception (an
-  ``apply_async`` never waited on) and spools through ``$TMPDIR``. Here the lines go
-  through ``streaming.parallel_map_lines``: in order, a bounded round at a time, worker
-  errors raised, the output written atomically, a progress bar with the line count.
-  Byte-identical to ``subword-nmt apply-bpe`` on one core (tested).
-* learn: ``learn_bpe`` with ``num_workers`` (its vocabulary count runs on every core;
-  the merges are learned on one, as in subword-nmt), written atomically. Its workers'
-  temporary files go to ``--tmp-dir`` (default: beside the output), not to ``$TMPDIR``,
-  which on a cluster node is often small.
+* apply: the lines go through ``streaming.parallel_map_lines`` (in order, bounded, worker
+  errors raised, output atomic, a progress bar).
+* learn: the word counts are made by our workers (``streaming.map_line_blocks``, with a bar),
+  summed in first-occurrence order and handed to ``learn_bpe`` as its dictionary input; the
+  merges are learned on one core, as in subword-nmt, with a bar. Several inputs give joint
+  BPE (what ``learn-joint-bpe-and-vocab`` learns, without its second BPE pass over the
+  training data to write vocabularies nothing here reads).
+
+Same bytes as subword-nmt on one core (tested) for text whose only line separator is "\n":
+subword-nmt's CLI reads through ``codecs``, which also splits lines at \r, \x0b, \x0c,
+\x1c-\x1e, \x85, U+2028 and U+2029; here lines end at "\n" only (the preparation scripts'
+raw readers collapse all whitespace, so their outputs contain none of those), and every
+output line ends with "\n", the last one too.
 
 Usage:
   python -m fairseq_ctx.data.bpe learn --symbols 32000 --input tok/train.de --output codes.de [--workers N]
+  python -m fairseq_ctx.data.bpe learn --symbols 32000 --input tok/train.en tok/train.de --output codes  (joint)
   python -m fairseq_ctx.data.bpe apply --codes codes.de --input tok/train.de tok/valid.de
       --output bpe/train.de bpe/valid.de [--workers N]
 """
 import argparse
 import codecs
+import collections
+import io
 import os
-import tempfile
 
 from ..atomic import atomic_write
-from .streaming import parallel_map_lines
+from .streaming import default_workers, map_line_blocks, parallel_map_lines, progress
 
 _bpe = None
 
@@ -49,18 +56,42 @@ def apply_file(codes, src, dst, workers=1):
                        initializer=_load_codes, initargs=(codes,))
 
 
-def learn_file(src, dst, symbols, workers=1, min_frequency=2, tmp_dir=None):
-    """Learn ``symbols`` merges on ``src`` into ``dst`` (subword-nmt's learn-bpe)."""
-    from subword_nmt.learn_bpe import learn_bpe
+def _count_words(lines):
+    """subword-nmt's get_vocabulary on a block: words split at single spaces."""
+    counts = collections.Counter()
+    for line in lines:
+        for word in line.strip("\r\n ").split(" "):
+            if word:
+                counts[word] += 1
+    return counts
 
-    tmp_dir = tmp_dir or os.path.dirname(os.path.abspath(dst))
-    previous = tempfile.tempdir
-    tempfile.tempdir = tmp_dir  # where get_vocabulary's workers spool their counts
+
+def word_counts(paths, workers=1):
+    """Word counts of the files, keys in order of first occurrence (subword-nmt's merges
+    break frequency ties by that order)."""
+    total = collections.Counter()
+    for path in paths:
+        for counts in map_line_blocks(path, _count_words, f"learn-bpe count {os.path.basename(path)}", workers):
+            total.update(counts)
+    return total
+
+
+def learn_file(src, dst, symbols, workers=1, min_frequency=2):
+    """Learn ``symbols`` merges on ``src`` (a path, or several for joint BPE) into ``dst``."""
+    from subword_nmt import learn_bpe as learn_bpe_module
+
+    paths = [src] if isinstance(src, str) else list(src)
+    counts = word_counts(paths, workers)
+    vocabulary = io.StringIO("".join(f"{word} {count}\n" for word, count in counts.items()))
+    del counts
+    plain_tqdm = learn_bpe_module.tqdm
+    learn_bpe_module.tqdm = lambda iterable, *args, **kwargs: progress(
+        iterable, "learn-bpe merges", unit="merges", total=len(iterable))
     try:
-        with open(src, encoding="utf-8") as infile, atomic_write(dst) as outfile:
-            learn_bpe(infile, outfile, symbols, min_frequency=min_frequency, num_workers=workers)
+        with atomic_write(dst) as outfile:
+            learn_bpe_module.learn_bpe(vocabulary, outfile, symbols, min_frequency=min_frequency, is_dict=True)
     finally:
-        tempfile.tempdir = previous
+        learn_bpe_module.tqdm = plain_tqdm
 
 
 def main(argv=None):
@@ -69,20 +100,20 @@ def main(argv=None):
     learn = commands.add_parser("learn", help="learn BPE merges (subword-nmt learn-bpe)")
     learn.add_argument("--symbols", "-s", type=int, required=True, help="number of merge operations")
     learn.add_argument("--min-frequency", type=int, default=2)
-    learn.add_argument("--input", required=True)
+    learn.add_argument("--input", nargs="+", required=True, help="one file, or several for joint BPE")
     learn.add_argument("--output", required=True)
-    learn.add_argument("--tmp-dir", help="workers' temporary files (default: the output's directory)")
     apply = commands.add_parser("apply", help="apply BPE merges (subword-nmt apply-bpe)")
     apply.add_argument("--codes", "-c", required=True)
     apply.add_argument("--input", nargs="+", required=True)
     apply.add_argument("--output", nargs="+", required=True)
     for sub in (learn, apply):
-        sub.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+        sub.add_argument("--workers", type=int, default=default_workers(),
+                         help="processes (default: the CPUs this job may use)")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
     if args.command == "learn":
-        learn_file(args.input, args.output, args.symbols, args.workers, args.min_frequency, args.tmp_dir)
+        learn_file(args.input, args.output, args.symbols, args.workers, args.min_frequency)
     else:
         if len(args.input) != len(args.output):
             parser.error("--input and --output need the same number of files")

@@ -10,7 +10,7 @@ Usage: python -m fairseq_ctx.data.pretokenize --lang de --input raw/train.de raw
 import argparse
 import os
 
-from .streaming import parallel_map_lines
+from .streaming import default_workers, parallel_map_lines
 from .tokenize import tokenizer
 
 _worker_fn = None
@@ -44,7 +44,7 @@ def main(argv=None):
     parser.add_argument("--lang", required=True)
     parser.add_argument("--input", nargs="+", required=True)
     parser.add_argument("--output", nargs="+", required=True)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--no-normalize", action="store_true")
     args = parser.parse_args(argv)
     if len(args.input) != len(args.output):

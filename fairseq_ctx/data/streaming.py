@@ -91,6 +91,7 @@ def progress(iterable: Optional[Iterable], desc: str, unit: str = "lines", total
     ``iterable=None`` gives a bar to ``update(n)`` by hand (downloads, checksums)."""
     from tqdm import tqdm
 
+    tqdm.monitor_interval = 0  # no monitor thread: worker processes are forked while bars run
     tty = sys.stderr.isatty()
     return tqdm(iterable, desc=desc, unit=unit, total=total,
                 file=sys.stderr if tty else _LogLines(sys.stderr),
@@ -118,10 +119,18 @@ def count_lines(path: str) -> int:
         return sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
 
 
-ROUND_LINES = 20000  # lines per worker per round of parallel_map_lines
+ROUND_LINES = 40000  # lines in flight in map_line_blocks (read, not yet returned), whatever the workers
 
 
-def _line_rounds(lines: Iterable[str], size: int) -> Iterator[list]:
+def default_workers() -> int:
+    """The CPUs this process may run on (a SLURM job's allocation, taskset), not the node's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _line_blocks(lines: Iterable[str], size: int) -> Iterator[list]:
     block = []
     for line in lines:
         block.append(line)
@@ -132,29 +141,63 @@ def _line_rounds(lines: Iterable[str], size: int) -> Iterator[list]:
         yield block
 
 
+def map_line_blocks(src: str, block_function: Callable[[list], object], desc: str, workers: int = 1,
+                    initializer: Optional[Callable] = None, initargs: Sequence = (),
+                    round_lines: Optional[int] = None) -> Iterator:
+    """``block_function(lines)`` for consecutive blocks of the lines of ``src`` (split at
+    "\n" only, newline stripped), yielded in order, computed on ``workers`` processes, with a
+    progress bar over the line count.
+
+    Bounded: at most ``round_lines`` lines (default ROUND_LINES) are read and not yet yielded,
+    whatever the number of workers or the file's size (Pool.imap would not do: its feeder
+    thread queues the whole input). ``initializer(*initargs)`` runs here first (a failure is
+    raised at once, with its own message) and then in every worker. A worker's exception is
+    raised here; a worker that dies (OOM killer, segfault) raises BrokenProcessPool instead
+    of hanging. ``block_function`` must be picklable (a module-level function or a
+    functools.partial of one).
+    """
+    round_lines = round_lines or ROUND_LINES
+    if initializer is not None:
+        initializer(*initargs)
+    with open(src, encoding="utf-8", newline="\n") as handle:
+        lines = progress((line.rstrip("\n") for line in handle), desc, total=count_lines(src))
+        if workers <= 1:
+            for block in _line_blocks(lines, max(1, round_lines)):
+                yield block_function(block)
+            return
+        import collections
+        from concurrent.futures import ProcessPoolExecutor
+
+        in_flight = 2 * workers  # blocks: enough to keep every worker busy while one is written
+        block_lines = max(1, round_lines // in_flight)
+        pending = collections.deque()
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                 initializer=initializer, initargs=tuple(initargs)) as pool:
+            try:
+                for block in _line_blocks(lines, block_lines):
+                    pending.append(pool.submit(block_function, block))
+                    if len(pending) >= in_flight:
+                        yield pending.popleft().result()
+                while pending:
+                    yield pending.popleft().result()
+            finally:
+                for future in pending:
+                    future.cancel()
+
+
+def _map_each(function, lines):
+    return [function(line) for line in lines]
+
+
 def parallel_map_lines(src: str, dst: str, function: Callable[[str], str], desc: str, workers: int = 1,
                        initializer: Optional[Callable] = None, initargs: Sequence = (),
                        round_lines: Optional[int] = None) -> None:
-    """Write ``function(line)`` for every line of ``src`` (newline stripped) to ``dst``, in
-    order, atomically, on ``workers`` processes, with a progress bar over the line count.
+    """Write ``function(line)`` for every line of ``src`` to ``dst``, in order, atomically
+    (an error leaves no ``dst``), on ``workers`` processes (:func:`map_line_blocks`).
+    Every output line ends with "\n" (also the last, where ``src`` has none)."""
+    import functools
 
-    Streaming: a round of ``workers * round_lines`` lines is read, mapped in parallel and
-    written before the next round is read, so memory is bounded by one round whatever the
-    file's size (Pool.imap would not do: its feeder thread queues the whole input). A
-    worker's exception is raised here and nothing is written to ``dst``. ``initializer``
-    runs once per process (in this process too when ``workers == 1``); with the fork start
-    method the workers see this module's state as it was at the fork.
-    """
-    with open(src, encoding="utf-8", newline="\n") as handle, atomic_write(dst) as out:
-        lines = progress((line.rstrip("\n") for line in handle), desc, total=count_lines(src))
-        round_lines = round_lines or ROUND_LINES
-        if workers > 1:
-            with multiprocessing.get_context("fork").Pool(workers, initializer, tuple(initargs)) as pool:
-                for round_ in _line_rounds(lines, workers * round_lines):
-                    chunk = max(1, len(round_) // (4 * workers))
-                    out.writelines(line + "\n" for line in pool.map(function, round_, chunksize=chunk))
-        else:
-            if initializer is not None:
-                initializer(*initargs)
-            for line in lines:
-                out.write(function(line) + "\n")
+    with atomic_write(dst) as out:
+        for mapped in map_line_blocks(src, functools.partial(_map_each, function), desc, workers,
+                                      initializer, initargs, round_lines):
+            out.writelines(line + "\n" for line in mapped)

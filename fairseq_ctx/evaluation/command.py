@@ -25,6 +25,7 @@ Usage: fairseq-ctx-evaluate [--paper P] --data BIN (--save-dir CKPTS | --path CK
 """
 import argparse
 import json
+import re
 import os
 import sys
 
@@ -109,7 +110,8 @@ def run(args):
     result["generation"] = {"beam": args.beam, "lenpen": args.lenpen, "max_len_a": args.max_len_a,
                             "max_len_b": args.max_len_b, "average_last": args.average_last,
                             "compound_split": args.compound_split,
-                            "remove_bpe": args.remove_bpe or "@@ ", "extra_generate_args": list(args.extra)}
+                            "remove_bpe": args.remove_bpe or "@@ ", "batch_size": args.batch_size,
+                            "extra_generate_args": list(args.extra)}
     if args.provenance and os.path.exists(args.provenance):
         with open(args.provenance, encoding="utf-8") as handle:
             result["provenance"] = json.load(handle)
@@ -162,56 +164,52 @@ def build_parser():
 # fairseq-generate options this command sets and records in result.json. After `--` they
 # would win in fairseq-generate (argparse keeps the last) while result.json kept this
 # command's value: the ones with an option of their own here are taken as that option (and
-# recorded), the others are refused.
-GENERATE_OPTIONS_OWNED = {
+# recorded), the others are refused. fairseq's parser takes no abbreviations
+# (allow_abbrev=False), so the exact names and their aliases are all there is to catch.
+GENERATE_OPTIONS_TAKEN = {
     "--beam": "beam", "--lenpen": "lenpen", "--max-len-a": "max_len_a", "--max-len-b": "max_len_b",
-    "--remove-bpe": "remove_bpe", "--batch-size": "batch_size",
-    "--path": None, "--gen-subset": None, "--source-lang": None, "--target-lang": None, "--nbest": None,
-    "--required-batch-size-multiple": None,
+    "--remove-bpe": "remove_bpe", "--post-process": "remove_bpe",
+    "--batch-size": "batch_size", "--max-sentences": "batch_size",
 }
-INSTEAD = {"--path": "--path or --save-dir", "--gen-subset": "--subset", "--source-lang": "--src",
-           "--target-lang": "--tgt"}
-
-
-def _owned_option(token):
-    """The owned fairseq-generate option ``token`` names, abbreviations included (argparse
-    accepts a unique prefix), or None."""
-    name = token.split("=", 1)[0]
-    if not name.startswith("--") or len(name) < 4:
-        return None
-    return next((option for option in GENERATE_OPTIONS_OWNED if option.startswith(name)), None)
+GENERATE_OPTIONS_REFUSED = {
+    "--path": "--path or --save-dir", "--gen-subset": "--subset", "-s": "--src", "--source-lang": "--src",
+    "-t": "--tgt", "--target-lang": "--tgt", "--nbest": None, "--required-batch-size-multiple": None,
+}
+_OPTION = re.compile(r"^--?[A-Za-z]")  # an option, not a value such as -0.5
 
 
 def _take_owned_generate_args(args, parser):
-    """Move `-- --beam 9` and the like into ``args`` (see GENERATE_OPTIONS_OWNED)."""
+    """Move `-- --beam 9` and the like into ``args``; refuse the options this command
+    must decide itself (see GENERATE_OPTIONS_TAKEN / _REFUSED)."""
     given = {action.dest: action for action in parser._actions}
     rest, tokens, taken = [], list(args.extra), set()
     while tokens:
         token = tokens.pop(0)
-        option = _owned_option(token)
-        if option is None:
+        name = token.split("=", 1)[0] if token.startswith("--") else token
+        if name in GENERATE_OPTIONS_REFUSED:
+            ours = GENERATE_OPTIONS_REFUSED[name]
+            parser.error(f"{name} after -- would override what this command sets and records in result.json; "
+                         + (f"use {ours} instead" if ours else "it cannot be changed here"))
+        dest = GENERATE_OPTIONS_TAKEN.get(name)
+        if dest is None:
             rest.append(token)
             continue
-        dest = GENERATE_OPTIONS_OWNED[option]
-        if dest is None:
-            parser.error(f"{token} after -- would override what this command sets and records in result.json; "
-                         + (f"use {INSTEAD[option]} instead" if option in INSTEAD else "it cannot be changed here"))
         if "=" in token:
             value = token.split("=", 1)[1]
-        elif tokens and not tokens[0].startswith("--"):
+        elif tokens and not _OPTION.match(tokens[0]):
             value = tokens.pop(0)
-        elif option == "--remove-bpe":
+        elif dest == "remove_bpe":
             value = "@@ "  # fairseq's const for a bare --remove-bpe
         else:
-            parser.error(f"{token} after -- needs a value")
-        if getattr(args, dest) != parser.get_default(dest) and option not in taken:
-            parser.error(f"{option} is given both before and after --: give it once")
+            parser.error(f"{name} after -- needs a value")
+        if getattr(args, dest) != parser.get_default(dest) and dest not in taken:
+            parser.error(f"{name} is given both before and after --: give it once")
         action = given[dest]
         try:
             setattr(args, dest, action.type(value) if action.type else value)
         except ValueError:
-            parser.error(f"{token} after --: invalid value {value!r}")
-        taken.add(option)
+            parser.error(f"{name} after --: invalid value {value!r}")
+        taken.add(dest)
     args.extra = rest
 
 

@@ -78,8 +78,7 @@ bpe_separate() {
     local s l
     for l in "$src" "$tgt"; do
         $PY -m fairseq_ctx.data.bpe learn --symbols "$merges" --workers "$WORKERS" --input "$out/tok/train.$l" \
-            --output "$partial/codes.$l" 2> "$partial/learn-bpe.$l.log" \
-            || { cat "$partial/learn-bpe.$l.log" >&2; return 1; }
+            --output "$partial/codes.$l"
         for s in "$@"; do apply_bpe "$partial/codes.$l" "$out/tok/$s.$l" "$partial/$s.$l"; done
     done
 }

@@ -95,11 +95,10 @@ do_tok() {
 do_bpe() {
     local s l
     if [ "$bpe" = joint ]; then
-        # its workers spool through $TMPDIR: keep that beside the outputs, not on a small /tmp
-        TMPDIR="$partial" subword-nmt learn-joint-bpe-and-vocab -s "$merges" --num-workers "$WORKERS" \
-            --input "$out/tok/train.$src" "$out/tok/train.$tgt" \
-            -o "$partial/codes" --write-vocabulary "$partial/vocab.$src" "$partial/vocab.$tgt" 2> "$partial/learn-bpe.log" \
-            || { cat "$partial/learn-bpe.log" >&2; return 1; }
+        # joint BPE: merges learned on both sides' word counts together (what subword-nmt's
+        # learn-joint-bpe-and-vocab learns), on $WORKERS processes
+        $PY -m fairseq_ctx.data.bpe learn --symbols "$merges" --workers "$WORKERS" \
+            --input "$out/tok/train.$src" "$out/tok/train.$tgt" --output "$partial/codes"
         for l in "$src" "$tgt"; do
             for s in "${splits[@]}"; do
                 apply_bpe "$partial/codes" "$out/tok/$s.$l" "$partial/$s.$l"
