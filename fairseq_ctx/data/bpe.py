@@ -8,7 +8,7 @@ its parallel paths lose a worker's exception and spool through ``$TMPDIR``:
 * apply: the lines go through ``streaming.parallel_map_lines`` (in order, bounded, worker
   errors raised, output atomic, a progress bar).
 * learn: the word counts are made by our workers (``streaming.map_line_blocks``, with a bar),
-  summed in first-occurrence order and handed to ``learn_bpe`` as its dictionary input; the
+  summed and handed to ``learn_bpe`` as its dictionary input; the
   merges are learned on one core, as in subword-nmt, with a bar. Several inputs give joint
   BPE (what ``learn-joint-bpe-and-vocab`` learns, without its second BPE pass over the
   training data to write vocabularies nothing here reads).
@@ -67,8 +67,8 @@ def _count_words(lines):
 
 
 def word_counts(paths, workers=1):
-    """Word counts of the files, keys in order of first occurrence (subword-nmt's merges
-    break frequency ties by that order)."""
+    """Word counts of the files (keys in order of first occurrence, as subword-nmt counts;
+    its merge choice breaks frequency ties by the pair itself, so the order does not matter)."""
     total = collections.Counter()
     for path in paths:
         for counts in map_line_blocks(path, _count_words, f"learn-bpe count {os.path.basename(path)}", workers):
