@@ -150,8 +150,10 @@ def test_gradient_through_the_ramped_term_scales_with_r():
         router.set_num_updates(updates)
         logits = torch.randn(2, 4, 5, 5, generator=torch.Generator().manual_seed(3)) * 2
         routed, _ = router(logits)
-        (routed * torch.linspace(-1, 1, 5)).sum().backward()
+        # a weight that differs per head: a head-independent one has zero gradient w.r.t. lambda
+        (routed * torch.randn(routed.shape, generator=torch.Generator().manual_seed(4))).sum().backward()
         grads[ramp_updates] = router.head_weight.weight.grad
+    assert grads[0].abs().max() > 1e-3
     torch.testing.assert_close(grads[N], 0.25 * grads[0])
 
 
