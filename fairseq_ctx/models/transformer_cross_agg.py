@@ -242,7 +242,12 @@ def validate_routing_args(args) -> None:
 @register_model("transformer_cross_agg")
 class TransformerCrossAggModel(TransformerModel):
     """Transformer with cross aggregation (vertical + positional horizontal routing) of
-    self-attention logits, Cao, Zhao, Yu."""
+    self-attention logits, Cao, Zhao, Yu.
+
+    Initialisation-study options (not in the paper, off by default):
+    ``--routing-ramp-updates N``: Eq. 9 with the routed term scaled by min(1, u/N) after u
+    updates (fairseq's ``set_num_updates``; u is kept in the state dict);
+    ``--routing-stop-gradient``: diagnostic, the routing reads detached logits."""
 
     @classmethod
     def add_args(cls, parser):

@@ -377,7 +377,11 @@ def check_sentential_args(args):
 @register_model("transformer_sentential")
 class SententialTransformerModel(TransformerModel):
     """Transformer with a shallow or deep sentential context of the source fed to
-    every decoder layer (Wang et al., 2019)."""
+    every decoder layer (Wang et al., 2019).
+
+    ``--sentential-g0 {dropout,no_dropout}`` (initialisation study, not in the paper):
+    g0 = MAX(H^0) of Eq. 7 over H^0 after (default, fairseq's ``encoder_states[0]``) or
+    before the encoder's embedding dropout; see docs/notes/transformer_sentential.md."""
 
     @classmethod
     def add_args(cls, parser):
