@@ -42,8 +42,8 @@ MUTATIONS = {
             (
                 '(c) g0 from H^1 instead of H^0',
                 [
-                    (SENTENTIAL, 'states[0], layer_states, encoder_out["encoder_padding_mask"][0]',
-                     'states[1], layer_states, encoder_out["encoder_padding_mask"][0]'),
+                    (SENTENTIAL, 'g0_states = states[0]  # H^0 after the embedding dropout',
+                     'g0_states = states[1]  # H^0 after the embedding dropout'),
                 ],
             ),
             (

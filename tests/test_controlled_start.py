@@ -72,6 +72,17 @@ VARIANTS = {
         "transformer_cross_agg",
         ["--routing-side", "both", "--routing-init", "self", "--routing-iters", "2"],
     ),
+    # initialisation-study arms: the ramp (its update counter is a buffer), stop-gradient
+    "xa-encoder-vh-ramp": ("transformer_cross_agg", ["--routing-side", "encoder", "--routing-ramp-updates", "200"]),
+    "xa-both-v-stop_gradient": (
+        "transformer_cross_agg",
+        ["--routing-side", "both", "--no-routing-horizontal", "--routing-stop-gradient"],
+    ),
+    "xa-decoder-h-ramp-stop_gradient": (
+        "transformer_cross_agg",
+        ["--routing-side", "decoder", "--no-routing-vertical", "--routing-ramp-updates", "5",
+         "--routing-stop-gradient"],
+    ),
     # transformer_sentential: GLOBAL mean / max / attention x DEEP none / rnn / tam
     "st-mean-none": ("transformer_sentential", ["--sentential-global", "mean", "--sentential-deep", "none"]),
     "st-max-rnn": ("transformer_sentential", ["--sentential-global", "max", "--sentential-deep", "rnn"]),
@@ -82,6 +93,11 @@ VARIANTS = {
         ["--decoder-normalize-before", "--encoder-normalize-before", "--share-decoder-input-output-embed"],
     ),  # attention + rnn
     "st-mean-tam": ("transformer_sentential", ["--sentential-global", "mean", "--sentential-deep", "tam"]),
+    "st-attention-rnn-g0_no_dropout": ("transformer_sentential", ["--sentential-g0", "no_dropout"]),
+    "st-attention-tam-g0_no_dropout": (
+        "transformer_sentential",
+        ["--sentential-global", "attention", "--sentential-deep", "tam", "--sentential-g0", "no_dropout"],
+    ),
     # lstm_multihop: heads, hops, dependent / independent, learned v_b
     "mh-1x1": ("lstm_multihop", ["--attention-heads", "1", "--attention-hops", "1"]),
     "mh-2x2-dependent": ("lstm_multihop", ["--attention-heads", "2", "--attention-hops", "2"]),
@@ -190,8 +206,12 @@ def test_added_parameters_are_deterministic_under_the_seed(name):
     other, _ = build(arch_options(arch, options), 2)
     added = added_names(stock_state, first)
     # one head, one hop: the stock attention, nothing added; horizontal routing alone
-    # has no parameters
+    # has no parameters (with --routing-ramp-updates: only the ramp's update counters)
     adds_nothing = name == "mh-1x1" or (arch == "transformer_cross_agg" and "--no-routing-vertical" in options)
+    if "--routing-ramp-updates" in options:
+        counters = [k for k in added if k.endswith(".cross_aggregation.num_updates")]
+        assert counters and all(first[k].dtype == torch.long for k in counters), f"{name} adds {added}"
+        added = [k for k in added if k not in counters] if adds_nothing else added
     assert bool(added) != adds_nothing, f"{name} adds {added}"
     for key in added:
         assert torch.equal(first[key], again[key]), f"{name}: {key} differs between two builds at one seed"
@@ -261,6 +281,9 @@ def test_fairseq_train_cli_builds_stock_identical_starts(tmp_path):
         "transformer": stock_options("transformer_context_aware", []),
         "context_aware": arch_options("transformer_context_aware", ctx("deep_global+deep", "global")),
         "sentential": arch_options("transformer_sentential", ["--sentential-deep", "tam"]),
+        "sentential_g0": arch_options("transformer_sentential", ["--sentential-g0", "no_dropout"]),
+        "cross_agg": arch_options("transformer_cross_agg", ["--routing-ramp-updates", "200",
+                                                            "--routing-stop-gradient"]),
         "lstm": stock_options("lstm_multihop", []),
         "multihop": arch_options("lstm_multihop", ["--attention-heads", "2", "--attention-hops", "2"]),
     }
@@ -270,7 +293,8 @@ def test_fairseq_train_cli_builds_stock_identical_starts(tmp_path):
                           text=True, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     built = {name: torch.load(tmp_path / f"{name}.pt", weights_only=False) for name in runs}
-    for arch, stock in (("context_aware", "transformer"), ("sentential", "transformer"), ("multihop", "lstm")):
+    for arch, stock in (("context_aware", "transformer"), ("sentential", "transformer"),
+                        ("sentential_g0", "transformer"), ("cross_agg", "transformer"), ("multihop", "lstm")):
         shared, identical, missing = compare(built[stock]["state"], built[arch]["state"])
         assert set(missing) <= MULTIHOP_RESHAPED
         assert len(shared) > 10 and identical == shared, (
@@ -282,3 +306,27 @@ def test_fairseq_train_cli_builds_stock_identical_starts(tmp_path):
                            build(stock_options("transformer_context_aware", []), 6)[0]["encoder.embed_tokens.weight"])
     assert torch.equal(built["transformer"]["state"]["encoder.embed_tokens.weight"],
                        build(stock_options("transformer_context_aware", []), 5)[0]["encoder.embed_tokens.weight"])
+
+
+@pytest.mark.parametrize("arch,paper,arm", [
+    ("transformer_cross_agg", [], ["--routing-ramp-updates", "200"]),
+    ("transformer_cross_agg", ["--routing-side", "both"], ["--routing-stop-gradient"]),
+    ("transformer_cross_agg", [], ["--routing-iters", "1"]),
+    ("transformer_sentential", [], ["--sentential-g0", "no_dropout"]),
+    ("transformer_context_aware", [], ["--context-init", "gate_half"]),
+])
+def test_initialisation_study_arms_start_from_the_paper_models_values(arch, paper, arm):
+    """An arm of the initialisation study (configs/init_study/) changes how the model is
+    trained or where a term starts, not the random draws: at one seed it starts with the
+    paper model's parameters (--context-init rescales / zeroes some of them by design)."""
+    paper_state, paper_rng = build(arch_options(arch, paper), 4)
+    arm_state, arm_rng = build(arch_options(arch, [*paper, *arm]), 4)
+    counters = [k for k in arm_state if k.endswith(".cross_aggregation.num_updates")]
+    assert bool(counters) == ("--routing-ramp-updates" in arm)
+    assert sorted(set(arm_state) - set(counters)) == sorted(paper_state)
+    changed = [k for k in paper_state if not torch.equal(paper_state[k], arm_state[k])]
+    if arch == "transformer_context_aware":
+        assert changed and all(".contextualizer." in k for k in changed)  # V = 0
+    else:
+        assert not changed, changed
+    assert torch.equal(paper_rng, arm_rng)

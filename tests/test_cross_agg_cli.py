@@ -1,4 +1,8 @@
 """transformer_cross_agg through the real fairseq CLI: train -> resume -> generate (beam) -> interactive."""
+import torch
+from fairseq import checkpoint_utils
+
+from tests.conftest import TRAIN_DEFAULTS, USER_DIR, fairseq_cli, run
 
 TINY = [
     "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--encoder-layers", "2",
@@ -10,3 +14,21 @@ TINY = [
 def test_cli_train_resume_generate_interactive_both_sides(cli_roundtrip):
     # both sides: the decoder-side routing runs its incremental state through beam search
     cli_roundtrip(["--arch", "transformer_cross_agg", "--routing-side", "both", "--routing-init", "self", *TINY], beam=3)
+
+
+def test_cli_ramp_counter_is_saved_and_reloaded_by_fairseqs_loader(tiny_data_bin, tmp_path):
+    """fairseq-train feeds the ramp through set_num_updates (u = updates done before each
+    step), the checkpoint keeps u, and fairseq-generate's loader gives the reloaded model
+    the factor of that u: past N updates, r = 1 (Eq. 9 as written)."""
+    save_dir = tmp_path / "checkpoints"
+    run(fairseq_cli("train", str(tiny_data_bin), "--user-dir", USER_DIR, *TRAIN_DEFAULTS, "--arch",
+                    "transformer_cross_agg", *TINY, "--routing-ramp-updates", "2", "--max-update", "3",
+                    "--save-dir", str(save_dir)))
+    checkpoint = str(save_dir / "checkpoint_last.pt")
+    state = torch.load(checkpoint, weights_only=False)
+    counters = {k: int(v) for k, v in state["model"].items() if k.endswith("cross_aggregation.num_updates")}
+    assert len(counters) == 2 and set(counters.values()) == {2}  # the last step ran with u = 2
+    assert state["optimizer_history"][-1]["num_updates"] == 3
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([checkpoint])
+    factors = {m.ramp_factor for m in models[0].modules() if hasattr(m, "ramp_updates")}
+    assert factors == {1.0}

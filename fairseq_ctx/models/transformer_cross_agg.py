@@ -4,6 +4,12 @@ The mechanism lives in ``fairseq_ctx.modules.cross_aggregation``; here the stock
 transformer's self-attention layers (encoder, decoder or both) get a
 ``MultiheadAttention`` subclass that adds the routed term to the logits before the
 softmax (Eq. 9). Everything else is fairseq's transformer.
+
+Initialisation-study options (issue 15; not in the paper, off by default):
+``--routing-ramp-updates N`` ramps the routed term in, E^ = E + r(u)(Omega^v + Omega^h)
+with r(u) = min(1, u/N) after u updates (Eq. 9 exactly from update N on);
+``--routing-stop-gradient`` (diagnostic) routes detached logits, so Q / K get no gradient
+through the routing. Both live in ``CrossAggregation``; see docs/notes/transformer_cross_agg.md.
 """
 import argparse
 from typing import Dict, Optional, Tuple
@@ -129,6 +135,8 @@ def routing_options(cfg, causal: bool) -> Dict:
         init=cfg.routing_init,
         iters=cfg.routing_iters,
         causal=causal,
+        ramp_updates=cfg.routing_ramp_updates,
+        stop_gradient=cfg.routing_stop_gradient,
     )
 
 
@@ -202,6 +210,10 @@ def validate_routing_args(args) -> None:
         raise ValueError(f"--routing-init must be one of {ROUTING_INITS}, got {args.routing_init!r}")
     if args.routing_iters < 1:
         raise ValueError(f"--routing-iters must be >= 1, got {args.routing_iters}")
+    if args.routing_ramp_updates < 0:
+        raise ValueError(
+            f"--routing-ramp-updates must be >= 0 (0 = no ramp, Eq. 9 as written), got {args.routing_ramp_updates}"
+        )
     if not (args.routing_vertical or args.routing_horizontal):
         raise ValueError(
             "--no-routing-vertical together with --no-routing-horizontal leaves nothing to route; "
@@ -230,7 +242,12 @@ def validate_routing_args(args) -> None:
 @register_model("transformer_cross_agg")
 class TransformerCrossAggModel(TransformerModel):
     """Transformer with cross aggregation (vertical + positional horizontal routing) of
-    self-attention logits, Cao, Zhao, Yu."""
+    self-attention logits, Cao, Zhao, Yu.
+
+    Initialisation-study options (not in the paper, off by default):
+    ``--routing-ramp-updates N``: Eq. 9 with the routed term scaled by min(1, u/N) after u
+    updates (fairseq's ``set_num_updates``; u is kept in the state dict);
+    ``--routing-stop-gradient``: diagnostic, the routing reads detached logits."""
 
     @classmethod
     def add_args(cls, parser):
@@ -252,6 +269,17 @@ class TransformerCrossAggModel(TransformerModel):
         parser.add_argument(
             "--routing-side", choices=ROUTING_SIDES,
             help="which self-attention layers route (the paper: encoder)",
+        )
+        parser.add_argument(
+            "--routing-ramp-updates", type=int, metavar="N",
+            help="initialisation study (not in the paper): ramp the routed term in, "
+            "E^ = E + min(1, u/N) (Omega^v + Omega^h) after u updates; 0 (default) = Eq. 9 "
+            "as written from the start",
+        )
+        parser.add_argument(
+            "--routing-stop-gradient", action="store_true", default=None,
+            help="diagnostic (not in the paper): the routing reads the logits detached, so "
+            "Q / K get no gradient through Omega^v + Omega^h; forward values unchanged",
         )
 
     @classmethod
@@ -283,6 +311,9 @@ def cross_agg_defaults(args):
         ("routing_init", "zero"),
         ("routing_iters", 3),
         ("routing_side", "encoder"),
+        # initialisation-study options, off (also for checkpoints written before them)
+        ("routing_ramp_updates", 0),
+        ("routing_stop_gradient", False),
     ):
         if getattr(args, name, None) is None:
             setattr(args, name, default)

@@ -8,6 +8,10 @@ fairseq glue around ``fairseq_ctx.modules.sentential_context``:
   layer's usual residual + LayerNorm structure (post-norm by default: LN(D + FFN_l));
 - TAM (Eq. 10-11) runs in the decoder: one attention ATT_g shared by all layers,
   queried by each layer's input at each target position.
+
+``--sentential-g0 no_dropout`` (initialisation study, issue 15; not in the paper): g0 =
+MAX(H^0) (Eq. 7) is taken from the embedding output before the encoder's dropout, not from
+fairseq's ``encoder_states[0]`` (after it). Only g0 changes; in eval mode both are equal.
 """
 import argparse
 from typing import Dict, List, NamedTuple, Optional, Tuple
@@ -32,6 +36,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from ._controlled_init import added_parameters, next_layer_name
 from ..modules.sentential_context import (
     DEEP_CHOICES,
+    G0_CHOICES,
     GLOBAL_CHOICES,
     SententialContext,
     SententialFeedForward,
@@ -59,10 +64,18 @@ class SententialTransformerEncoder(TransformerEncoderBase):
     H^0 is the input of the first layer (scaled word embeddings + positions, the
     encoder's ``encoder_states[0]``), H^l the output of layer l; H^L is the final
     encoder output (after the final LayerNorm in pre-norm models).
+
+    g0 = MAX(H^0) (Eq. 7), the query of GLOBAL_ATT, reads ``encoder_states[0]``, which
+    fairseq takes after the embedding dropout (``--sentential-g0 dropout``, the default).
+    With ``no_dropout`` it reads the same tensor before that dropout (``forward_embedding``
+    keeps it); the layers still get the dropped-out H^0, and every H^l is unchanged.
     """
 
     def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
+        self.g0_without_dropout = getattr(cfg, "sentential_g0", "dropout") == "no_dropout"
+        # set by forward_embedding for the current forward call (no_dropout only)
+        self._embedding_before_dropout: Optional[Tensor] = None
         # its own stream (_controlled_init): the decoder, built next, starts as stock
         with added_parameters("encoder.sentential_context"):
             self.sentential_context = SententialContext(
@@ -74,6 +87,25 @@ class SententialTransformerEncoder(TransformerEncoderBase):
                 attention_dropout=cfg.attention_dropout,
             )
 
+    def forward_embedding(self, src_tokens, token_embedding: Optional[Tensor] = None):
+        """fairseq's forward_embedding; with ``--sentential-g0 no_dropout`` it also keeps
+        its result before ``self.dropout_module`` (scaled embeddings + positions [+
+        layernorm_embedding]), read by a pre-hook on that module during this call only."""
+        if not self.g0_without_dropout:
+            return super().forward_embedding(src_tokens, token_embedding)
+        kept: List[Tensor] = []
+        handle = self.dropout_module.register_forward_pre_hook(
+            lambda module, inputs: kept.append(inputs[0])
+        )
+        try:
+            x, embed = super().forward_embedding(src_tokens, token_embedding)
+        finally:
+            handle.remove()
+        if len(kept) != 1:
+            raise RuntimeError(f"expected one call of the embedding dropout, got {len(kept)}")
+        self._embedding_before_dropout = kept[0]  # (B, S, C)
+        return x, embed
+
     def forward(
         self,
         src_tokens,
@@ -83,11 +115,17 @@ class SententialTransformerEncoder(TransformerEncoderBase):
     ):
         # fairseq-generate never asks for all hiddens, but g0 = MAX(H^0) and the deep
         # context need them: always collect them, hand them out only when asked.
-        encoder_out = self.forward_scriptable(src_tokens, src_lengths, True, token_embeddings)
-        states = encoder_out["encoder_states"]
+        try:
+            encoder_out = self.forward_scriptable(src_tokens, src_lengths, True, token_embeddings)
+            states = encoder_out["encoder_states"]
+            g0_states = states[0]  # H^0 after the embedding dropout: fairseq's encoder_states[0]
+            if self.g0_without_dropout:
+                g0_states = self._embedding_before_dropout.transpose(0, 1)  # H^0 before it
+        finally:
+            self._embedding_before_dropout = None
         layer_states = states[1:-1] + encoder_out["encoder_out"]
         g, layer_contexts = self.sentential_context(
-            states[0], layer_states, encoder_out["encoder_padding_mask"][0]
+            g0_states, layer_states, encoder_out["encoder_padding_mask"][0]
         )
         encoder_out["sentential_context"] = [] if g is None else [g]  # (B, C)
         encoder_out["sentential_layers"] = [] if layer_contexts is None else [layer_contexts]  # (B, L, C)
@@ -294,6 +332,21 @@ def check_sentential_args(args):
             f"--sentential-deep must be one of {', '.join(DEEP_CHOICES)}; "
             f"got {args.sentential_deep!r}"
         )
+    if args.sentential_g0 not in G0_CHOICES:
+        raise ValueError(
+            f"--sentential-g0 must be one of {', '.join(G0_CHOICES)}; got {args.sentential_g0!r}"
+        )
+    if args.sentential_g0 == "no_dropout" and args.sentential_global != "attention":
+        raise ValueError(
+            f"--sentential-g0 no_dropout changes g0 = MAX(H^0), the query of the attention "
+            f"GLOBAL (Eq. 6-7); --sentential-global {args.sentential_global} has no g0"
+        )
+    if args.sentential_g0 == "no_dropout" and getattr(args, "quant_noise_pq", 0) > 0:
+        raise ValueError(
+            "--sentential-g0 no_dropout cannot be combined with --quant-noise-pq: fairseq "
+            "projects the embedding output after its dropout (a quant-noise layer), so there "
+            "is no H^0 before dropout in the layers' space"
+        )
     if args.sentential_deep != "none" and getattr(args, "encoder_layerdrop", 0) > 0:
         raise ValueError(
             f"--sentential-deep {args.sentential_deep} needs every encoder layer's output "
@@ -324,7 +377,11 @@ def check_sentential_args(args):
 @register_model("transformer_sentential")
 class SententialTransformerModel(TransformerModel):
     """Transformer with a shallow or deep sentential context of the source fed to
-    every decoder layer (Wang et al., 2019)."""
+    every decoder layer (Wang et al., 2019).
+
+    ``--sentential-g0 {dropout,no_dropout}`` (initialisation study, not in the paper):
+    g0 = MAX(H^0) of Eq. 7 over H^0 after (default, fairseq's ``encoder_states[0]``) or
+    before the encoder's embedding dropout; see docs/notes/transformer_sentential.md."""
 
     @classmethod
     def add_args(cls, parser):
@@ -342,6 +399,14 @@ class SententialTransformerModel(TransformerModel):
             help="none: shallow context from the top encoder layer (Eq. 3); rnn: GRU "
             "over every layer's GLOBAL (Eq. 8-9); tam: transparent attention over them "
             "per target position (Eq. 10-11)",
+        )
+        parser.add_argument(
+            "--sentential-g0",
+            choices=G0_CHOICES,
+            help="initialisation study (not in the paper): where g0 = MAX(H^0) (Eq. 7), "
+            "the query of the attention GLOBAL, reads H^0: dropout (default) = fairseq's "
+            "encoder_states[0], after the embedding dropout; no_dropout = the embedding "
+            "output before that dropout (identical in eval mode)",
         )
 
     @classmethod
@@ -364,11 +429,18 @@ class SententialTransformerModel(TransformerModel):
         )
 
 
+def sentential_study_defaults(args: argparse.Namespace):
+    """Initialisation-study options off (also for checkpoints written before them)."""
+    if getattr(args, "sentential_g0", None) is None:
+        args.sentential_g0 = "dropout"
+
+
 @register_model_architecture("transformer_sentential", "transformer_sentential")
 def transformer_sentential(args: argparse.Namespace):
     """Base model with the best base configuration: attention GLOBAL + deep RNN (Table 1 row 6)."""
     args.sentential_global = getattr(args, "sentential_global", "attention")
     args.sentential_deep = getattr(args, "sentential_deep", "rnn")
+    sentential_study_defaults(args)
     base_architecture(args)
 
 
@@ -377,4 +449,5 @@ def transformer_sentential_big(args: argparse.Namespace):
     """Big model (1024/4096/16 heads) with deep TAM, the best big model in Table 2."""
     args.sentential_global = getattr(args, "sentential_global", "attention")
     args.sentential_deep = getattr(args, "sentential_deep", "tam")
+    sentential_study_defaults(args)
     transformer_vaswani_wmt_en_de_big(args)

@@ -32,6 +32,15 @@ Interpretations (see docs/notes/transformer_cross_agg.md):
   W^v is zero-initialised (lambda starts uniform; the paper gives no initialisation).
   On the decoder side the sum over l runs over the prefix t <= l only (a sum over all l
   would leak future target tokens into training and break incremental decoding).
+
+Initialisation-study options (issue 15; the paper has neither):
+* ``ramp_updates`` N > 0: the returned term is r(u) (Omega^v + Omega^h), r(u) = min(1, u/N)
+  for u updates so far (``set_num_updates``, fairseq's per-update hook), so Eq. 9 becomes
+  E^ = E + r(u)(Omega^v + Omega^h): the routed term starts at zero and reaches the paper's
+  Eq. 9 exactly after N updates. u is a buffer (in the state dict) so a reloaded model
+  routes with the factor it was trained with last (see ``set_num_updates``).
+* ``stop_gradient``: the routing reads the logits detached. Forward values are unchanged;
+  the gradient reaches Q / K through E only, not through the routed term (diagnostic).
 """
 from typing import Dict, Optional, Tuple
 
@@ -143,6 +152,9 @@ class CrossAggregation(nn.Module):
         iters: T, routing iterations.
         causal: decoder side: Eq. 13's sum over queries runs over the prefix only, and
             ``forward`` accepts / returns an incremental state.
+        ramp_updates: N; 0 = off (Eq. 9 as written). N > 0: the routed term is scaled by
+            r(u) = min(1, u/N), u = the updates so far (``set_num_updates``).
+        stop_gradient: route detached logits (no gradient through the routing into E).
     """
 
     def __init__(
@@ -153,6 +165,8 @@ class CrossAggregation(nn.Module):
         init: str = "zero",
         iters: int = 3,
         causal: bool = False,
+        ramp_updates: int = 0,
+        stop_gradient: bool = False,
     ):
         super().__init__()
         if init not in ROUTING_INITS:
@@ -163,12 +177,25 @@ class CrossAggregation(nn.Module):
             raise ValueError("at least one of vertical / horizontal routing must be on")
         if init == "self" and not horizontal:
             raise ValueError("init='self' (Eq. 15) initialises the horizontal routing; it needs horizontal=True")
+        if ramp_updates < 0:
+            raise ValueError(f"ramp_updates must be >= 0 (0 = no ramp), got {ramp_updates}")
         self.num_heads = num_heads
         self.vertical = vertical
         self.horizontal = horizontal
         self.init = init
         self.iters = iters
         self.causal = causal
+        self.ramp_updates = ramp_updates
+        self.stop_gradient = stop_gradient
+        # r(u) of the ramp, a Python float derived from the buffer ``num_updates`` (u): it is
+        # read at every forward, and reading a GPU buffer would synchronise the device.
+        self._ramp_factor = 1.0
+        if ramp_updates > 0:
+            # u is persisted (only when the ramp is on: other models' state dicts are
+            # unchanged) so that a model loaded by load_state_dict alone, without fairseq's
+            # set_num_updates, also routes with the factor it was trained with.
+            self.register_buffer("num_updates", torch.zeros((), dtype=torch.long))
+            self._ramp_factor = 0.0
         # W^v of Eq. 13: mixes the H per-head agreements into the H head weights lambda.
         # Zero init (the paper gives none): lambda starts uniform (1/H); the summed
         # agreements grow with the sentence length, so a random W^v would start with a
@@ -179,10 +206,43 @@ class CrossAggregation(nn.Module):
             nn.init.zeros_(self.head_weight.weight)
 
     def extra_repr(self) -> str:
-        return (
+        text = (
             f"heads={self.num_heads}, vertical={self.vertical}, horizontal={self.horizontal}, "
             f"init={self.init}, iters={self.iters}, causal={self.causal}"
         )
+        if self.ramp_updates:
+            text += f", ramp_updates={self.ramp_updates}"
+        if self.stop_gradient:
+            text += ", stop_gradient=True"
+        return text
+
+    @property
+    def ramp_factor(self) -> float:
+        """r(u) = min(1, u/N) of the ramp (1.0 without one)."""
+        return self._ramp_factor
+
+    def _update_ramp_factor(self, num_updates: int) -> None:
+        self._ramp_factor = min(1.0, max(0, num_updates) / self.ramp_updates)
+
+    def set_num_updates(self, num_updates: int) -> None:
+        """fairseq's hook (``BaseFairseqModel.set_num_updates`` calls it on every module
+        that has it): fairseq's ``train_step`` calls it before each update with the number
+        of updates done so far, and its checkpoint loaders (trainer restore,
+        fairseq-generate / -interactive / hub) call it with the checkpoint's count before
+        ``load_state_dict``, which then restores the persisted u. A checkpoint saved after
+        U updates holds u = U - 1, the count its last training step used, so a reloaded
+        model computes exactly the function the trainer saved (and validated); past
+        N + 1 updates that is r = 1, the paper's Eq. 9."""
+        if self.ramp_updates > 0:
+            self.num_updates.fill_(int(num_updates))
+            self._update_ramp_factor(int(num_updates))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        if self.ramp_updates > 0 and prefix + "num_updates" in state_dict:
+            # the cached factor follows the loaded u (read from the loaded tensor, on CPU
+            # when fairseq loads a checkpoint)
+            self._update_ramp_factor(int(state_dict[prefix + "num_updates"]))
 
     def forward(
         self,
@@ -204,6 +264,10 @@ class CrossAggregation(nn.Module):
         if state and not self.causal:
             raise ValueError("an incremental routing state needs causal=True")
         bsz, heads, num_queries, num_keys = logits.shape
+        if self.stop_gradient:
+            # diagnostic: the routing sees E as a constant, so Q / K get their gradient
+            # through E in Eq. 9 only, not through Omega^v + Omega^h (same forward values)
+            logits = logits.detach()
         with torch.autocast(device_type=logits.device.type, enabled=False):
             votes = logits.float().masked_fill(torch.isneginf(logits), 0.0)
             state = state or {}
@@ -260,4 +324,9 @@ class CrossAggregation(nn.Module):
                 routed = routed + positional_horizontal_routing(
                     capsule_votes, capsule_padding_mask, num_queries, self.iters, init_agreement
                 )  # Eq. 14
+            if self._ramp_factor != 1.0:
+                # the ramp: Eq. 9 with r(u) (Omega^v + Omega^h). Applied here, to the term
+                # every call returns, so the full pass and each incremental step scale it
+                # alike; the cached votes / agreements (the routing itself) are unscaled.
+                routed = routed * self._ramp_factor
         return routed, new_state

@@ -24,6 +24,9 @@ from torch import Tensor, nn
 
 GLOBAL_CHOICES = ("mean", "max", "attention")
 DEEP_CHOICES = ("none", "rnn", "tam")
+# where g0 = MAX(H^0) (Eq. 7) reads H^0: after (fairseq's encoder_states[0]) or before the
+# encoder's embedding dropout; the choice is made by the encoder (transformer_sentential)
+G0_CHOICES = ("dropout", "no_dropout")
 
 
 def _keep_mask(padding_mask: Optional[Tensor], states: Tensor) -> Optional[Tensor]:

@@ -1,0 +1,93 @@
+"""The initialisation study's configs (fairseq_ctx/configs/init_study/, issue 15): every arm
+parses and builds with the dims of 00-transformer.args, the mechanisms are configured as in
+the demo rows, each arm differs from its family's paper config in exactly its one option,
+and fairseq-ctx-quality-compare pairs every arm with the stock transformer."""
+import glob
+import os
+
+import pytest
+
+from fairseq_ctx import quality_compare as qc
+from fairseq_ctx.paths import CONFIGS
+from tests.model_checks import build_model, parse_train_args
+
+STUDY = os.path.join(CONFIGS, "init_study")
+DEMO = os.path.join(CONFIGS, "demo")
+
+
+def configs():
+    return {os.path.basename(p)[:-len(".args")]: qc.read_args_file(p)
+            for p in sorted(glob.glob(os.path.join(STUDY, "*.args")))}
+
+
+# arm -> (the family's paper config in the study, the demo row it must match, its own option)
+ARMS = {
+    "01-context_aware-glorot": ("01-context_aware-glorot", "01-transformer_context_aware", ["--context-init", "glorot"]),
+    "02-context_aware-gate_half": ("01-context_aware-glorot", "01-transformer_context_aware", ["--context-init", "gate_half"]),
+    "03-context_aware-matched": ("01-context_aware-glorot", "01-transformer_context_aware", ["--context-init", "matched"]),
+    "04-context_aware-zero_context": ("01-context_aware-glorot", "01-transformer_context_aware", ["--context-init", "zero_context"]),
+    "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
+    "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
+    "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
+    "08-cross_agg-stop_gradient": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-stop-gradient"]),
+    "09-sentential-paper": ("09-sentential-paper", "07-transformer_sentential", []),  # default g0: after dropout
+    "10-sentential-g0_no_dropout": ("09-sentential-paper", "07-transformer_sentential", ["--sentential-g0", "no_dropout"]),
+}
+
+
+def options(args):
+    """{option: value tuple} of a flat option list (a flag has an empty tuple)."""
+    out, key = {}, None
+    for word in args:
+        if word.startswith("--"):
+            key = word
+            out[key] = ()
+        else:
+            out[key] = out[key] + (word,)
+    return out
+
+
+def test_the_study_has_the_baseline_and_every_arm():
+    assert sorted(configs()) == sorted(["00-transformer", *ARMS])
+
+
+def test_every_arm_is_paired_with_the_stock_transformer():
+    study = configs()
+    baselines = qc.assign_baselines(study)
+    assert baselines.pop("00-transformer") is None
+    assert set(baselines.values()) == {"00-transformer"}
+
+
+@pytest.mark.parametrize("arm", list(ARMS))
+def test_arm_is_its_demo_row_plus_its_own_option(arm):
+    study = configs()
+    paper, demo_row, own = ARMS[arm]
+    arm_options, paper_options = options(study[arm]), options(study[paper])
+    demo_options = options(qc.read_args_file(os.path.join(DEMO, demo_row + ".args")))
+    own_options = options(own)
+    # the mechanism's settings and the dims are the demo row's; only the arm's option is
+    # added (or, for --routing-iters 1, changed)
+    without_own = lambda opts: {k: v for k, v in opts.items() if k not in own_options}
+    assert without_own(arm_options) == without_own(demo_options)
+    for key, value in own_options.items():
+        assert arm_options[key] == value
+    # and it differs from the family's paper config in that option only
+    differing = {k for k in set(arm_options) | set(paper_options) if arm_options.get(k) != paper_options.get(k)}
+    assert differing <= set(own_options)
+    # the dims of the baseline
+    dims = {k: v for k, v in options(study["00-transformer"]).items() if k != "--arch"}
+    assert all(arm_options[k] == v for k, v in dims.items())
+
+
+@pytest.mark.parametrize("name", sorted(["00-transformer", *ARMS]))
+def test_config_builds(name):
+    args = configs()[name]
+    model, _ = build_model(args, vocab_size=30)
+    parsed = parse_train_args(args)
+    if "cross_agg" in name:
+        routers = [m for m in model.modules() if hasattr(m, "ramp_updates")]
+        assert len(routers) == 3
+        assert {(r.iters, r.ramp_updates, r.stop_gradient) for r in routers} == {
+            (parsed.routing_iters, parsed.routing_ramp_updates, parsed.routing_stop_gradient)}
+    if "sentential" in name:
+        assert model.encoder.g0_without_dropout == (parsed.sentential_g0 == "no_dropout")
