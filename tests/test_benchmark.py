@@ -52,11 +52,11 @@ def test_dim_overrides_by_family():
     # an option given by the system wins: it comes after the override
     idx = [i for i, a in enumerate(t) if a == "--encoder-layers"]
     assert t[idx[-1] + 1] == "3"
-    args = systems._parse(t)
+    args = systems.parse_training_args(t)
     assert args.encoder_layers == 3 and args.encoder_embed_dim == 64 and args.share_all_embeddings
-    assert systems.model_family(args) == "transformer" and systems.model_family(systems._parse(l)) == "lstm"
+    assert systems.model_family(args) == "transformer" and systems.model_family(systems.parse_training_args(l)) == "lstm"
     # base: the transformer keeps its own (base) defaults, the lstm gets Iida et al.'s base
-    lb = systems._parse(systems.build_argv("--arch lstm", "base", "/nonexistent"))
+    lb = systems.parse_training_args(systems.build_argv("--arch lstm", "base", "/nonexistent"))
     assert (lb.encoder_hidden_size, lb.decoder_hidden_size, lb.encoder_bidirectional) == (512, 1024, True)
     unshared = systems.build_argv("--arch transformer --no-share-all-embeddings", "tiny", "/x")
     assert "--no-share-all-embeddings" not in unshared and "--share-all-embeddings" not in unshared

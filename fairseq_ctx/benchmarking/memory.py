@@ -13,7 +13,7 @@ import torch
 from ..paths import python_env
 from .batches import make_batches
 from .report import log
-from .systems import Built, SystemSpec, _parse, make_dictionary
+from .systems import Built, SystemSpec, make_dictionary, parse_training_args
 from .timing import train_step
 
 
@@ -54,7 +54,7 @@ def _library_warmup(argv: List[str], device: str):
     import fairseq.tasks.translation  # noqa: F401
     import fairseq.criterions.label_smoothed_cross_entropy  # noqa: F401
 
-    convert_namespace_to_omegaconf(_parse(argv))
+    convert_namespace_to_omegaconf(parse_training_args(argv))
     lin = torch.nn.Linear(8, 8).to(device)
     rnn = torch.nn.LSTM(8, 8, batch_first=True).to(device)
     opt = torch.optim.Adam(list(lin.parameters()) + list(rnn.parameters()))

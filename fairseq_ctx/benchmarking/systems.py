@@ -4,7 +4,6 @@ omegaconf config, a ``TranslationTask`` over a synthetic joint dictionary, the c
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import shlex
 from typing import Dict, List, Optional, Sequence
@@ -13,6 +12,7 @@ import torch
 
 from ..paths import PACKAGE_DIR as USER_DIR
 from ..reproduce.params import make_dictionary  # noqa: F401  (re-exported: a joint synthetic dictionary)
+from ..reproduce.params import parse_training_args
 
 # Size overrides, keyed by model family. Each entry is (namespace attribute, option,
 # value or None for a store_true flag); an entry is only passed when the architecture's
@@ -119,33 +119,6 @@ def resolve_systems(baselines: Sequence[str], systems: Sequence[str]) -> List[Sy
     return specs
 
 
-def ensure_plugin_imported():
-    """Register the plugin's architectures, as ``--user-dir`` does in fairseq-train.
-    Importing ``fairseq_ctx`` registers every module under ``fairseq_ctx/models``
-    (fairseq's own ``--user-dir`` step is skipped for an already-imported package)."""
-    import fairseq_ctx.models  # noqa: F401
-
-
-def _parse(argv: List[str], return_parser: bool = False):
-    from fairseq import options
-
-    ensure_plugin_imported()
-
-    import io
-
-    parser = options.get_training_parser()
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            args = options.parse_args_and_arch(parser, argv)
-    except SystemExit as e:  # argparse error: keep its message, not its usage dump
-        msg = [l for l in err.getvalue().splitlines() if "error:" in l]
-        raise ValueError(f"fairseq could not parse {' '.join(argv[3:])!r}: "
-                         f"{msg[-1][:500] if msg else e}") from None
-    # parse_args_and_arch adds the arch's / task's / criterion's options to `parser`.
-    return (args, parser) if return_parser else args
-
-
 def model_family(args: argparse.Namespace) -> str:
     if hasattr(args, "encoder_hidden_size") or hasattr(args, "decoder_hidden_size"):
         return "lstm"
@@ -160,7 +133,7 @@ def build_argv(system_args: str, dims: str, data_dir: str, share_all: bool = Tru
     user = shlex.split(system_args)
     head = [data_dir, "--user-dir", USER_DIR, *COMMON_ARGS, "--seed", str(seed)]
     user = [u for u in user if u != "--no-share-all-embeddings"]
-    probe, parser = _parse(head + user, return_parser=True)
+    probe, parser = parse_training_args(head + user, return_parser=True)
     accepted = parser._option_string_actions
     family = model_family(probe)
     overrides: List[str] = []
@@ -183,7 +156,7 @@ class Built:
 
         self.spec = spec
         self.argv = argv
-        self.args = _parse(argv)
+        self.args = parse_training_args(argv)
         self.family = model_family(self.args)
         utils.set_torch_seed(self.args.seed)
         self.cfg = convert_namespace_to_omegaconf(self.args)

@@ -32,18 +32,36 @@ def make_dictionary(entries):
     return dictionary
 
 
-def parse_model_args(arch_args, with_options=False):
-    """The Namespace fairseq-train builds from these options (arch defaults filled in);
-    with ``with_options``, also the set of option strings fairseq-train accepts for them."""
-    import fairseq  # noqa: F401
+def parse_training_args(argv, return_parser=False):
+    """The Namespace ``fairseq-train ARGV`` builds (fairseq's training parser, with the
+    plugin's architectures registered and the arch's / task's / criterion's options added);
+    with ``return_parser``, also that parser. An argparse error becomes one ValueError with
+    argparse's message (not a SystemExit with a usage dump)."""
+    import contextlib
+    import io
+
     from fairseq import options
 
-    import fairseq_ctx.models  # noqa: F401  (registers the architectures)
+    import fairseq_ctx.models  # noqa: F401  (registers the architectures, as --user-dir does)
 
     parser = options.get_training_parser()
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = options.parse_args_and_arch(parser, argv)
+    except SystemExit as e:
+        msg = [line for line in err.getvalue().splitlines() if "error:" in line]
+        raise ValueError(f"fairseq could not parse {' '.join(argv)!r}: "
+                         f"{msg[-1][:500] if msg else e}") from None
+    return (args, parser) if return_parser else args
+
+
+def parse_model_args(arch_args, with_options=False):
+    """The Namespace fairseq-train builds from these model options (arch defaults filled
+    in); with ``with_options``, also the set of option strings fairseq-train accepts for them."""
     argv = ["unused-data", "--user-dir", USER_DIR, "--task", "translation",
             "--source-lang", "src", "--target-lang", "tgt", *arch_args]
-    args = options.parse_args_and_arch(parser, argv)
+    args, parser = parse_training_args(argv, return_parser=True)
     # the arch function fills the defaults only when the model is built: apply it now
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
