@@ -27,7 +27,7 @@ from fairseq_ctx.data.streaming import decoded_lines
 
 def reference_lines(data: bytes, name: str):
     """How a corpus file is read, from its definition: UTF-8 (BOM dropped, bad bytes
-    replaced), split at \\n only, a trailing empty line dropped; .gz decompressed; SGM: the
+    replaced where at most 1% of the lines hold some), split at \\n only, a trailing empty line dropped; .gz decompressed; SGM: the
     stripped <seg> contents; other files: whitespace runs collapsed."""
     import re
 
@@ -46,7 +46,7 @@ _HEAD = "\ufeffa  b\r\n\tc\u00a0d\n\ne\rf\n".encode("utf-8")
 # "é" (2 bytes) starts on the last byte of the first 1 MiB block: a reader that decoded each
 # block on its own would turn it into two replacement characters
 TRICKY = (_HEAD + b"x" * (streaming.BLOCK - 1 - len(_HEAD)) + "é".encode("utf-8")
-          + b"\nbad \xff\nlast line without newline")
+          + b"\n" + b"ok\n" * 200 + b"bad \xff\nlast line without newline")
 assert TRICKY.index("é".encode("utf-8")) == streaming.BLOCK - 1
 
 
@@ -424,3 +424,125 @@ def test_a_worker_setup_error_is_raised_at_once_and_leaves_no_output(tmp_path):
 
 def test_default_workers_are_the_cpus_this_job_may_use():
     assert streaming.default_workers() == len(os.sched_getaffinity(0))
+
+
+# -- input that is not UTF-8 ----------------------------------------------------------------------
+
+GBK_LINE = "他们企图暗杀总统。".encode("gbk") + b"\n"
+
+
+def test_a_file_in_another_encoding_is_refused_with_one_message(tmp_path):
+    """A GBK corpus would otherwise come out as U+FFFD garbage with the right line count."""
+    src, tgt = tmp_path / "train.zh", tmp_path / "train.en"
+    src.write_bytes(GBK_LINE * 50)
+    tgt.write_text("They tried to assassinate the president.\n" * 50)
+    with pytest.raises(SystemExit) as exit_info:
+        corpora.main(["clean", "--src-in", str(src), "--tgt-in", str(tgt),
+                      "--src-out", str(tmp_path / "c.zh"), "--tgt-out", str(tmp_path / "c.en")])
+    message = str(exit_info.value.code)
+    assert "train.zh" in message and "not valid UTF-8" in message and "first: line 1" in message, message
+    assert sorted(os.listdir(tmp_path)) == ["train.en", "train.zh"]
+
+
+def test_a_file_in_another_encoding_is_refused_before_it_is_read_through():
+    stream = CountingStream(0)
+    stream.data = io.BytesIO(GBK_LINE * 1_000_000)  # ~19 MB
+    with pytest.raises(streaming.NotUtf8Error, match="not valid UTF-8"):
+        for _ in decoded_lines(stream, "train.zh"):
+            pass
+    assert stream.consumed <= 2 * streaming.BLOCK
+
+
+def test_a_few_broken_lines_are_replaced_and_counted_in_one_warning(capsys):
+    data = "".join(f"line {i}\n" for i in range(1000)).encode() + b"broken \xff\xfe\n" + b"after\n"
+    lines = list(decoded_lines(io.BytesIO(data), "crawl.en"))
+    assert len(lines) == 1002 and lines[1000] == "broken \ufffd\ufffd" and lines[1001] == "after"
+    err = capsys.readouterr().err
+    assert err.count("warning") == 1 and "crawl.en: 1 of 1002 lines" in err and "line 1001" in err, err
+
+
+# -- stopping a parallel step ---------------------------------------------------------------------
+
+def _slow_pid(line):
+    directory = os.environ["PID_DIR"]
+    open(os.path.join(directory, str(os.getpid())), "w").close()
+    time.sleep(0.01)
+    return line
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie waiting for its reaper is gone too
+        return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+def _start_slow_parallel_map(tmp_path):
+    src, pid_dir = tmp_path / "src", tmp_path / "pids"
+    src.write_text("".join(f"{i}\n" for i in range(100_000)))
+    pid_dir.mkdir()
+    code = ("from fairseq_ctx.data import streaming; from tests.test_data_streaming import _slow_pid as f\n"
+            f"streaming.parallel_map_lines({str(src)!r}, {str(tmp_path / 'dst')!r}, f, 'test', workers=2)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            env=dict(os.environ, FAIRSEQ_CTX_NO_MODELS="1", PID_DIR=str(pid_dir)))
+    deadline = time.time() + 60
+    while len(os.listdir(pid_dir)) < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    workers = [int(p) for p in os.listdir(pid_dir)]
+    assert len(workers) == 2, workers
+    return proc, workers
+
+
+def _wait_gone(pids, seconds):
+    deadline = time.time() + seconds
+    while any(_alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
+
+
+def test_sigterm_stops_the_workers_and_leaves_no_output(tmp_path):
+    """kill / timeout / scancel send SIGTERM: the step ends at once, its workers with it, and
+    no temporary output is left beside the destination."""
+    proc, workers = _start_slow_parallel_map(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0
+    assert _wait_gone(workers, 10) == []
+    assert sorted(os.listdir(tmp_path)) == ["pids", "src"], os.listdir(tmp_path)
+
+
+def test_workers_die_with_a_step_that_is_killed_outright(tmp_path):
+    proc, workers = _start_slow_parallel_map(tmp_path)
+    proc.kill()  # SIGKILL: no handler runs in the step itself
+    proc.wait(timeout=30)
+    try:
+        assert _wait_gone(workers, 10) == []
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+# -- resources -------------------------------------------------------------------------------------
+
+def test_the_bpe_word_cache_of_a_worker_stays_bounded(bpe_text, monkeypatch):
+    _, _, codes = bpe_text
+    monkeypatch.setattr(bpe, "CACHE_WORDS", 50)
+    bpe._load_codes(str(codes))
+    for i in range(1000):
+        bpe._segment(f"rareword{i} another{i}")
+    assert len(bpe._bpe.cache) <= 51
+
+
+def test_data_preparation_uses_every_cpu_even_with_omp_num_threads_set():
+    """GNU nproc obeys OMP_NUM_THREADS, which cluster job scripts often set to 1."""
+    common = os.path.join(os.path.dirname(streaming.__file__), os.pardir, "scripts", "data", "common.sh")
+    out = subprocess.run(["bash", "-c", f'source "{common}"; echo "$WORKERS"'], capture_output=True, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1", PY=sys.executable), check=True).stdout
+    assert out.split()[-1] == str(len(os.sched_getaffinity(0)))

@@ -15,9 +15,10 @@ its parallel paths lose a worker's exception and spool through ``$TMPDIR``:
 
 Same bytes as subword-nmt on one core (tested) for text whose only line separator is "\n":
 subword-nmt's CLI reads through ``codecs``, which also splits lines at \r, \x0b, \x0c,
-\x1c-\x1e, \x85, U+2028 and U+2029; here lines end at "\n" only (the preparation scripts'
-raw readers collapse all whitespace, so their outputs contain none of those), and every
-output line ends with "\n", the last one too.
+\x1c-\x1e, \x85, U+2028 and U+2029; here lines end at "\n" only, and every output line ends
+with "\n", the last one too. The preparation scripts' BPE inputs are tokeniser outputs, in
+which the Moses / jieba / MeCab tokenisers have already turned every whitespace run into one
+space, so they hold none of those separators.
 
 Usage:
   python -m fairseq_ctx.data.bpe learn --symbols 32000 --input tok/train.de --output codes.de [--workers N]
@@ -35,6 +36,10 @@ from ..atomic import atomic_write
 from .streaming import default_workers, map_line_blocks, parallel_map_lines, progress
 
 _bpe = None
+# subword-nmt memoises every word it segments and never forgets: on a corpus whose vocabulary
+# keeps growing (names, numbers, typos) each worker would grow with it. Emptied when this
+# full (a few tens of MB); the output is the same, the frequent words come back at once.
+CACHE_WORDS = 100_000
 
 
 def _load_codes(codes_path):
@@ -46,6 +51,8 @@ def _load_codes(codes_path):
 
 
 def _segment(line):
+    if len(_bpe.cache) > CACHE_WORDS:
+        _bpe.cache.clear()
     # process_line keeps the line's leading / trailing whitespace, as the CLI does
     return _bpe.process_line(line)
 

@@ -57,7 +57,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..atomic import atomic_write
 from .download import ChecksumError, DownloadError, default_cache, download
 from . import streaming
-from .streaming import decoded_lines, file_lines, progress
+from .streaming import NotUtf8Error, decoded_lines, file_lines, progress
 
 
 class CorpusError(RuntimeError):
@@ -450,7 +450,11 @@ def _open_text(path):
         raise CorpusError(f"missing input: {path} (ASPEC is licensed by application and cannot be "
                           "downloaded by script: pass the ASPEC-JE directory with --local-dir)")
     with open(path, encoding="utf-8") as handle:
-        yield from handle
+        try:
+            yield from handle
+        except UnicodeDecodeError as error:  # ASPEC is distributed in UTF-8: a damaged copy
+            raise NotUtf8Error(f"{path}: not valid UTF-8 ({error}); ASPEC is distributed in UTF-8: "
+                               "a damaged or re-encoded copy?") from None
 
 
 def length_eval_subsets(pairs, tokenize_src, width=10, max_bucket=13, tokens_per_bucket=20000):
@@ -662,7 +666,8 @@ def prepare_opensubtitles(outdir, local=None, cache=None, offline=False, directi
 
 def keep_pair(s, t, max_len=250, min_len=1, ratio=1.5):
     """Moses clean-corpus-n: keep a pair whose token counts are in [min_len, max_len] and
-    whose length ratio is at most ``ratio`` (fairseq's WMT scripts: 1-250, 1.5).
+    whose length ratio is at most ``ratio`` (fairseq's WMT settings: 1-250, 1.5; counted here in
+    tokenised words, where fairseq's prepare-wmt14en2de.sh counts subwords after BPE).
     ``max_len`` 49 gives Cao et al.'s "sentence length less than 50"."""
     ls, lt = len(s.split()), len(t.split())
     if not (min_len <= ls <= max_len and min_len <= lt <= max_len):
@@ -748,7 +753,7 @@ def main(argv=None):
             kept, read = clean_files(args.src_in, args.tgt_in, args.src_out, args.tgt_out,
                                      args.max_len, ratio=args.ratio)
             print(f"clean: kept {kept} of {read} pairs", file=sys.stderr)
-    except (CorpusError, ChecksumError) as error:
+    except (CorpusError, ChecksumError, NotUtf8Error) as error:
         sys.exit(f"{args.command}: {error}")
 
 

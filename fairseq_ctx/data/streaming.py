@@ -13,11 +13,14 @@ count when the step ends, so a job that runs for hours shows where it is without
 log, and a step done within a minute prints nothing. FAIRSEQ_CTX_PROGRESS=0 silences it.
 """
 import codecs
+import contextlib
 import gzip
 import multiprocessing
 import os
 import re
+import signal
 import sys
+import threading
 from typing import BinaryIO, Callable, Iterable, Iterator, Optional, Sequence
 
 from ..atomic import atomic_write
@@ -26,15 +29,22 @@ SEG = re.compile(r"<seg[^>]*>(.*)</seg>", re.IGNORECASE)
 BLOCK = 1 << 20  # bytes decoded at a time: what a reader holds, whatever the corpus size
 
 
+MAX_INVALID_UTF8 = 0.01  # share of lines with invalid UTF-8 above which a file is refused
+
+
+class NotUtf8Error(ValueError):
+    pass
+
+
 def decoded_lines(raw: BinaryIO, name: str) -> Iterator[str]:
-    """The lines of a byte stream as the corpora are read: UTF-8 (BOM dropped, undecodable
-    bytes replaced), split at "\\n" only, gzip-decompressed when ``name`` ends in .gz; SGM
-    files give their <seg> contents (as sacreBLEU reads them, no entity unescaping), other
-    files their lines with whitespace runs collapsed to one space."""
+    """The lines of a byte stream as the corpora are read: UTF-8 (BOM dropped), split at
+    "\n" only, gzip-decompressed when ``name`` ends in .gz; SGM files give their <seg>
+    contents (as sacreBLEU reads them, no entity unescaping), other files their lines with
+    whitespace runs collapsed to one space. Invalid UTF-8: see :func:`_text_lines`."""
     if name.endswith(".gz"):
         raw = gzip.GzipFile(fileobj=raw, mode="rb")
         name = name[:-3]
-    text = _text_lines(raw)
+    text = _text_lines(raw, name)
     if name.endswith(".sgm"):
         for line in text:
             match = SEG.search(line)
@@ -45,18 +55,57 @@ def decoded_lines(raw: BinaryIO, name: str) -> Iterator[str]:
             yield " ".join(line.replace("\r", "").split())
 
 
-def _text_lines(raw: BinaryIO) -> Iterator[str]:
-    """Split a byte stream at "\n" while decoding it block by block. (io.TextIOWrapper
+def _text_lines(raw: BinaryIO, name: str = "input") -> Iterator[str]:
+    """Split a byte stream at "\n" and decode it as UTF-8, block by block. (io.TextIOWrapper
     would do, but not over every stream the corpora come in: a tar member read in stream
-    mode is not seekable, which TextIOWrapper asks.)"""
-    decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
-    pending = ""
+    mode is not seekable, which TextIOWrapper asks.)
+
+    A file in another encoding (a GBK or Shift-JIS corpus) would otherwise come out as
+    U+FFFD garbage with the right line count, which no later check notices: once more than
+    MAX_INVALID_UTF8 of the lines read (after the first 1,000, or at the end of a shorter
+    file) hold invalid bytes, NotUtf8Error is raised; fewer (a few broken lines in a web
+    crawl) are replaced by U+FFFD with one warning on stderr giving their number."""
+    pending, lines_read, invalid, first_invalid, start = b"", 0, 0, None, True
+
+    def check(final):
+        if invalid and (lines_read >= 1000 or final) and invalid > MAX_INVALID_UTF8 * lines_read:
+            raise NotUtf8Error(
+                f"{name}: {invalid} of {lines_read} lines read are not valid UTF-8 (first: line "
+                f"{first_invalid}): is it in another encoding? Convert it first, e.g. "
+                f"iconv -f GB18030 -t UTF-8 (Chinese) or -f SHIFT_JIS (Japanese)")
+
+    def decode(chunk: bytes) -> str:
+        nonlocal invalid, first_invalid
+        try:
+            return chunk.decode("utf-8")
+        except UnicodeDecodeError:  # slow path, rare: find the lines
+            for index, line in enumerate(chunk.split(b"\n")):
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError:
+                    invalid += 1
+                    first_invalid = first_invalid or lines_read + index + 1
+            return chunk.decode("utf-8", errors="replace")
+
     for block in iter(lambda: raw.read(BLOCK), b""):
-        *lines, pending = (pending + decoder.decode(block)).split("\n")
-        yield from lines
-    pending += decoder.decode(b"", final=True)
+        if start:
+            block, start = (block[len(codecs.BOM_UTF8):] if block.startswith(codecs.BOM_UTF8) else block), False
+        head, newline, pending = (pending + block).rpartition(b"\n")
+        if newline:  # "\n" never occurs inside a UTF-8 sequence: complete lines decode alone
+            lines = decode(head).split("\n")
+            lines_read += len(lines)
+            check(final=False)
+            yield from lines
     if pending:
-        yield pending
+        line = decode(pending)
+        lines_read += 1
+        check(final=True)
+        yield line
+    else:
+        check(final=True)
+    if invalid:
+        print(f"warning: {name}: {invalid} of {lines_read} lines hold invalid UTF-8 bytes, replaced "
+              f"by U+FFFD (first: line {first_invalid})", file=sys.stderr)
 
 
 def file_lines(path: str) -> Iterator[str]:
@@ -141,6 +190,42 @@ def _line_blocks(lines: Iterable[str], size: int) -> Iterator[list]:
         yield block
 
 
+@contextlib.contextmanager
+def _terminate_as_exit():
+    """SIGTERM (``kill``, ``timeout``, SLURM's scancel) raises SystemExit here instead of
+    ending the process at once, so the workers are shut down and an atomic output's
+    temporary file is removed. Only in the main thread, and only where SIGTERM still has its
+    default action (a handler someone else installed is left alone)."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _worker_setup(parent, initializer, initargs):
+    """First thing in every worker: die with the parent, then the caller's initializer."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's SystemExit handler
+    try:  # Linux: the kernel sends SIGTERM when the parent dies, even by SIGKILL
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+    if initializer is not None:
+        initializer(*initargs)
+
+
 def map_line_blocks(src: str, block_function: Callable[[list], object], desc: str, workers: int = 1,
                     initializer: Optional[Callable] = None, initargs: Sequence = (),
                     round_lines: Optional[int] = None) -> Iterator:
@@ -153,13 +238,14 @@ def map_line_blocks(src: str, block_function: Callable[[list], object], desc: st
     thread queues the whole input). ``initializer(*initargs)`` runs here first (a failure is
     raised at once, with its own message) and then in every worker. A worker's exception is
     raised here; a worker that dies (OOM killer, segfault) raises BrokenProcessPool instead
-    of hanging. ``block_function`` must be picklable (a module-level function or a
-    functools.partial of one).
+    of hanging. SIGTERM to this process stops the workers and raises SystemExit here;
+    workers die with this process even when it is killed outright. ``block_function`` must
+    be picklable (a module-level function or a functools.partial of one).
     """
     round_lines = round_lines or ROUND_LINES
     if initializer is not None:
         initializer(*initargs)
-    with open(src, encoding="utf-8", newline="\n") as handle:
+    with _terminate_as_exit(), open(src, encoding="utf-8", newline="\n") as handle:
         lines = progress((line.rstrip("\n") for line in handle), desc, total=count_lines(src))
         if workers <= 1:
             for block in _line_blocks(lines, max(1, round_lines)):
@@ -172,7 +258,8 @@ def map_line_blocks(src: str, block_function: Callable[[list], object], desc: st
         block_lines = max(1, round_lines // in_flight)
         pending = collections.deque()
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
-                                 initializer=initializer, initargs=tuple(initargs)) as pool:
+                                 initializer=_worker_setup,
+                                 initargs=(os.getpid(), initializer, tuple(initargs))) as pool:
             try:
                 for block in _line_blocks(lines, block_lines):
                     pending.append(pool.submit(block_function, block))
@@ -180,9 +267,23 @@ def map_line_blocks(src: str, block_function: Callable[[list], object], desc: st
                         yield pending.popleft().result()
                 while pending:
                     yield pending.popleft().result()
-            finally:
+            except BaseException:  # an error, SIGTERM, Ctrl-C, or the consumer stopped reading
                 for future in pending:
                     future.cancel()
+                _stop_workers(pool)
+                raise
+
+
+def _stop_workers(pool):
+    """Terminate the workers rather than let them finish the blocks they already hold (the
+    executor's shutdown would wait for those). ProcessPoolExecutor has no public way before
+    Python 3.14 (terminate_workers)."""
+    if hasattr(pool, "terminate_workers"):
+        pool.terminate_workers()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            process.terminate()
 
 
 def _map_each(function, lines):

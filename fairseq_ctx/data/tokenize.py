@@ -15,6 +15,7 @@ def tokenizer(lang):
         import jieba
 
         jieba.setLogLevel(logging.WARNING)
+        jieba.initialize()  # the dictionary now, not at the first line: loaded once before workers fork
         return lambda line: " ".join(w for w in jieba.cut(line) if w.strip())
     if lang == "ja":
         import fugashi

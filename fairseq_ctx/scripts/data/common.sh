@@ -4,7 +4,8 @@
 #   run_step NAME FUNC        FUNC fills "$partial"; renamed to $out/NAME on success only
 PY=${PY:-python}
 FAIRSEQ_PREPROCESS=${FAIRSEQ_PREPROCESS:-fairseq-preprocess}
-WORKERS=${WORKERS:-$(nproc 2>/dev/null || echo 1)}
+# the CPUs this job may use (SLURM allocation, taskset); not `nproc`, which obeys OMP_NUM_THREADS
+WORKERS=${WORKERS:-$("$PY" -c 'import os; print(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)' 2>/dev/null || echo 1)}
 # the python data tools never build a model: skip fairseq_ctx's model registration
 # (importing fairseq costs ~5 s of CPU per process)
 export FAIRSEQ_CTX_NO_MODELS=1
@@ -12,6 +13,7 @@ export FAIRSEQ_CTX_NO_MODELS=1
 die() { echo "$prog: $*" >&2; exit 2; }
 
 check_settings() {
+    echo "$prog: $WORKERS worker processes (environment WORKERS=N to change)"
     mkdir -p "$out"
     if [ -f "$out/settings" ]; then
         [ "$(cat "$out/settings")" = "$1" ] \

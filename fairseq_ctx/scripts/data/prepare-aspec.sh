@@ -16,6 +16,7 @@
 # manifest {"archives": {path in ASPEC-JE: md5}, "counts": {"aspec/<split>": n}})
 # overrides them and adds md5 checks of the files.
 # Idempotent / atomic steps and a settings check as in scripts/prepare-tatoeba.sh.
+# Environment: WORKERS=N processes (default: the CPUs this job may use), FAIRSEQ_CTX_PROGRESS=0.
 set -euo pipefail
 prog=prepare-aspec
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
         --length-eval) length_eval=1; shift ;;
         --length-eval-tokens) length_eval_tokens=$2; shift 2 ;;
         --checksums) checksums=$2; shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
 done

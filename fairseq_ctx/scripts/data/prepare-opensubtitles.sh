@@ -14,6 +14,7 @@
 # {"opensubtitles/<split>": n}} (OPUS publishes no md5 sum; a mirror or a rehearsal can).
 # Outputs: DIR/bin (sentence-level), DIR/bin-concat (2-to-2). Score the 2-to-2 system
 # with fairseq-ctx-evaluate --strip-concat (only the part after <CONCAT> counts).
+# Environment: WORKERS=N processes (default: the CPUs this job may use), FAIRSEQ_CTX_PROGRESS=0.
 set -euo pipefail
 prog=prepare-opensubtitles
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
         --vocab-size) vocab=$2; shift 2 ;;
         --variant) variant=$2; shift 2 ;;
         --checksums) checksums=$2; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
 done

@@ -16,13 +16,16 @@
 # Defaults follow the papers: 32K merges; joint BPE + joined dictionary for En-De / En-Fr
 # (the papers' 88.0M base model needs ~42.8K embedding rows per side), separate BPE for
 # Zh-En. --max-len 49 is Cao et al.'s "length < 50" filter for Zh-En. Cleaning (train
-# only) is Moses clean-corpus-n as in fairseq's WMT scripts (1-250 tokens, ratio 1.5).
+# only) is Moses clean-corpus-n's rule (1-250 tokens, ratio 1.5) on tokenised words (fairseq's
+# prepare-wmt14en2de.sh counts subwords after BPE and tokenises with -a: docs/experiments.md).
 # Valid / test are never filtered. Downloads are cached (FAIRSEQ_CTX_CACHE), resumed,
 # and checked against published md5 sums; --local-dir takes already-downloaded archives
 # or their extracted files (offline clusters). Idempotent: each step is written to
 # DIR/<step>.partial and renamed when complete; settings are recorded in DIR/settings.
 # Archives in --local-dir are md5-checked like downloads; dev / test sentence counts are
 # checked after reading; a failed check writes nothing but DIR/raw.partial.
+# Environment: WORKERS=N processes for tokenisation, BPE and fairseq-preprocess (default:
+# the CPUs this job may use); PY (python), FAIRSEQ_PREPROCESS, FAIRSEQ_CTX_PROGRESS=0 (quiet).
 set -euo pipefail
 prog=prepare-wmt
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,7 +48,7 @@ while [ $# -gt 0 ]; do
         --extra-train) extra+=(--extra-train "$2"); shift 2 ;;
         --without-cwmt) without_cwmt=1; shift ;;
         --checksums) checksums=$2; shift 2 ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
 done
