@@ -41,9 +41,7 @@ setup(
         "Operating System :: POSIX :: Linux",
         "Programming Language :: Python :: 3",
         "Programming Language :: Python :: 3 :: Only",
-        "Programming Language :: Python :: 3.10",
         "Programming Language :: Python :: 3.11",
-        "Programming Language :: Python :: 3.12",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
         "Topic :: Text Processing :: Linguistic",
     ],
@@ -60,18 +58,24 @@ setup(
         ],
     },
     zip_safe=False,  # bash and fairseq need the configs and scripts as real files
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # the tested pins (requirements/) are for 3.11
     # torch and fairseq are deliberately NOT listed: a plain `torch` requirement pulls
     # the newest CUDA build, and fairseq must be built against the installed torch
     # with --no-build-isolation. scripts/setup-env.sh installs both.
     install_requires=[
         "sacrebleu>=2.3",
         "sacremoses",
-        "subword-nmt>=0.3.8",  # --num-workers (parallel learn / apply)
+        "subword-nmt>=0.3.8",  # learn_bpe(is_dict=True), driven by fairseq_ctx.data.bpe
         "sentencepiece",
         "jieba",
         "tqdm>=4.60",  # data-preparation progress (delay=)
+        "tensorboard",  # fairseq-train --tensorboard-logdir is a silent no-op without it
+        "matplotlib",  # learning curves and analysis plots
     ],
-    extras_require={"ja": ["fugashi", "unidic-lite"], "test": ["pytest", "pytest-timeout"]},
+    extras_require={
+        # Japanese: MeCab tokenisation (fugashi + unidic-lite) and sacreBLEU's ja-mecab scoring
+        "ja": ["fugashi", "unidic-lite", "sacrebleu[ja]"],
+        "test": ["pytest", "pytest-timeout"],
+    },
     entry_points={"console_scripts": CONSOLE_SCRIPTS},
 )

@@ -8,6 +8,7 @@ tokenizers ``--tokenizer jieba`` / ``--tokenizer mecab`` (``fairseq_ctx.tokenize
 The pure-torch mechanisms live in ``fairseq_ctx.modules``.
 """
 import importlib.util
+import logging
 import os
 
 # torch >= 2.6 loads with weights_only=True by default; fairseq checkpoints hold an
@@ -19,5 +20,8 @@ os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
 # process): set by the data-preparation tools (scripts/data/common.sh, the concat-context
 # wrappers), which never build a model.
 if importlib.util.find_spec("fairseq") is not None and not os.environ.get("FAIRSEQ_CTX_NO_MODELS"):
+    # fairseq's speech-synthesis task logs "Please install tensorboardX" at import, in every
+    # command, although tensorboard (what --tensorboard-logdir uses) is installed
+    logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
     from . import models  # noqa: F401,E402  (registers the architectures)
     from . import tokenizers  # noqa: F401,E402  (registers --tokenizer jieba / mecab)

@@ -15,7 +15,7 @@ Commands (each prints one line for the shell, or exits 2 with one message on std
 ``constraints --base FILE --out FILE [--without-torch]``
     writes the constraints every later pip call uses: FILE without its torch lines,
     plus ``torch==<present version>`` when a torch is present (so nothing can pin or
-    pull another torch over it); ``--without-torch``: no torch line at all (for the
+    pull another torch over it; a torch before 2.3 also keeps its numpy, or gets numpy<2); ``--without-torch``: no torch line at all (for the
     torch install itself, whose spec alone decides).
 ``fairseq-plan --stamp FILE``
     ``ok`` when fairseq-fixed is installed and the stamp says it was built against the
@@ -117,13 +117,46 @@ def torch_pins(lines):
     return [line.split("#", 1)[0].strip() for line in lines if is_torch_line(line)]
 
 
-def effective_constraints(base_lines, present):
+def is_numpy_line(line):
+    stripped = line.split("#", 1)[0].strip()
+    match = _NAME.match(stripped) if stripped and not stripped.startswith("-") else None
+    return bool(match) and _canonical(match.group(1)) == "numpy"
+
+
+def present_numpy():
+    """The installed numpy's version (from its metadata, without importing it), or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("numpy")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version):
+    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0])[:2])
+
+
+def effective_constraints(base_lines, present, numpy_version=None):
     """``base_lines`` without any torch line, plus the exact present torch (if any:
-    ``present=None`` gives the constraints for installing torch itself)."""
-    out = [line.rstrip("\n") for line in base_lines if not is_torch_line(line)]
+    ``present=None`` gives the constraints for installing torch itself).
+
+    A kept torch older than 2.3 also keeps its numpy: such wheels are built against NumPy
+    1.x and break on the file's NumPy 2 pin (``torch.from_numpy``, which fairseq's datasets
+    use). The present numpy is pinned instead of the file's, or ``numpy<2`` when none is
+    present. (torch 2.3 and later work with NumPy 2: the file's pin stays.)"""
+    keep_numpy = present is not None and _release(present["version"]) < (2, 3)
+    out = [line.rstrip("\n") for line in base_lines
+           if not is_torch_line(line) and not (keep_numpy and is_numpy_line(line))]
     if present is not None:
         out.append("# the torch present in the environment (kept; scripts/setup-env.sh)")
         out.append(f"torch=={present['version']}")
+        if keep_numpy and numpy_version:
+            out.append("# and the numpy beside it (a torch before 2.3 is built against NumPy 1.x)")
+            out.append(f"numpy=={numpy_version}")
+        elif keep_numpy:
+            out.append("# a torch before 2.3 is built against NumPy 1.x")
+            out.append("numpy<2")
     return "\n".join(out) + "\n"
 
 
@@ -277,7 +310,8 @@ def main(argv=None, env=None):
             print(action, " ".join(what) if isinstance(what, list) else what)
         elif args.command == "constraints":
             present = None if args.without_torch else present_torch()
-            text = effective_constraints(_read_lines(args.base), present)
+            text = effective_constraints(_read_lines(args.base), present,
+                                         present_numpy() if present is not None else None)
             with open(args.out, "w", encoding="utf-8") as handle:
                 handle.write(text)
             print(args.out)

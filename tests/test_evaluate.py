@@ -217,3 +217,23 @@ def test_stock_transformer_cli_roundtrip_then_evaluate_every_sentence(cli_roundt
     assert f"({scored['sacrebleu']['signature']})" in printed and f"{TINY_TEST_SENTENCES} sentences" in printed
     with open(out / "hyp.detok.en", encoding="utf-8") as handle:
         assert len(handle.read().splitlines()) == TINY_TEST_SENTENCES
+
+
+def test_too_few_checkpoints_to_average_is_one_message(files):
+    for n in (1, 2):
+        (files / "ckpts" / f"checkpoint_1_{n}00.pt").write_text("x")
+    args = _parse(files, "--paper", "yang2019")  # averages the last 5
+    with pytest.raises(SystemExit) as exit_info:
+        command.run(args)
+    message = str(exit_info.value.code)
+    assert "wanted the last 5" in message and "found 2" in message and "--average-last" in message, message
+
+
+def test_average_checkpoints_command_with_too_few_is_one_message(files, capsys):
+    from fairseq_ctx.evaluation import average
+
+    (files / "ckpts" / "checkpoint_1_100.pt").write_text("x")
+    with pytest.raises(SystemExit) as exit_info:
+        average.main(["--save-dir", str(files / "ckpts"), "--last", "3", "--output", str(files / "avg.pt")])
+    assert exit_info.value.code == 2 and "found 1" in capsys.readouterr().err
+    assert not (files / "avg.pt").exists()

@@ -88,7 +88,11 @@ def test_wheel_ships_configs_scripts_license_and_entry_points(installed):
     assert shipped and not [f for f in shipped if f not in names], sorted(set(shipped) - names)
     assert any(n.endswith("LICENSE") for n in names), "no LICENSE in the wheel"
     assert "License: MIT" in metadata or "License-Expression: MIT" in metadata
-    assert "Requires-Python: >=3.10" in metadata
+    assert "Requires-Python: >=3.11" in metadata
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    # what a feature needs is pulled in: --tensorboard-logdir, plots, Japanese scoring
+    for needed in ("tensorboard", "matplotlib", "sacrebleu[ja]; extra == \"ja\"", "fugashi; extra == \"ja\""):
+        assert needed in requires, (needed, requires)
     assert "fairseq-ctx" in metadata.split("\n\n", 1)[1], "no long description (README)"
     for command in COMMANDS:
         assert f"{command} =" in entry_points, command

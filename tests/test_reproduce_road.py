@@ -49,7 +49,8 @@ def test_reproduce_dry_run_prints_the_effective_batch_of_every_cell_on_two_nodes
     assert refused.returncode != 0 and "65,536" in refused.stderr and "Traceback" not in refused.stderr
 
 
-def test_slurm_launcher_uses_fairseqs_own_slurm_support():
+def test_slurm_launcher_uses_fairseqs_own_slurm_support(monkeypatch):
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
     cmd = train.build_command(os.path.join(train.CONFIGS, "yang2019", "transformer_base.args"), "p40", "BIN", "SAVE",
                               launcher="slurm", gpus=4, nnodes=2, master_port=12345)
     assert cmd[:8] == ["srun", "--nodes", "2", "--ntasks-per-node", "4", "--gpus-per-node", "4", "--gpu-bind=none"]
@@ -57,6 +58,11 @@ def test_slurm_launcher_uses_fairseqs_own_slurm_support():
     with pytest.raises(train.BatchError, match="torchrun"):
         train.build_command(os.path.join(train.CONFIGS, "yang2019", "transformer_base.args"), "p40", "BIN", "SAVE",
                             gpus=4, nnodes=2)
+    # inside a job with --cpus-per-task: each srun step gets them too (Slurm 22.05+ does not pass them on)
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")
+    cmd = train.build_command(os.path.join(train.CONFIGS, "yang2019", "transformer_base.args"), "p40", "BIN", "SAVE",
+                              launcher="slurm", gpus=4, nnodes=2, master_port=12345)
+    assert cmd[8:10] == ["--cpus-per-task", "4"], cmd[:12]
 
 
 def test_training_never_drops_validation_sentences():

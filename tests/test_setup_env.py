@@ -353,3 +353,17 @@ def test_extensions_broken_behind_an_unchanged_record_are_rebuilt(fake):
     proc = fake.setup()
     assert "rebuilding fairseq-fixed" in proc.stderr
     assert len(fairseq_installs(fake.calls())) == 1
+
+
+@pytest.mark.parametrize("numpy_present", ["1.26.4", None])
+def test_an_older_torch_kept_keeps_a_numpy_1(numpy_present):
+    """torch < 2.3 is built against NumPy 1.x: the file's numpy 2 pin would break it."""
+    text = check.effective_constraints(_lines(CPU), torch_info("2.1.2+cu118", cuda="11.8"), numpy_present)
+    numpy_lines = [line for line in text.splitlines() if check.is_numpy_line(line)]
+    assert numpy_lines == [f"numpy=={numpy_present}" if numpy_present else "numpy<2"], numpy_lines
+
+
+def test_a_recent_torch_kept_keeps_the_numpy_pin():
+    text = check.effective_constraints(_lines(CPU), torch_info("2.5.1+cu124", cuda="12.4"), "2.1.0")
+    pinned = [line.strip() for line in _lines(CPU) if check.is_numpy_line(line)]
+    assert len(pinned) == 1 and [line for line in text.splitlines() if check.is_numpy_line(line)] == pinned

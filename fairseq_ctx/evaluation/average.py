@@ -76,7 +76,10 @@ def main(argv=None):
     parser.add_argument("--by", choices=["auto", "updates", "epochs"], default="auto")
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
-    paths = average_last(args.save_dir, args.last, args.output, args.by)
+    try:
+        paths = average_last(args.save_dir, args.last, args.output, args.by)
+    except FileNotFoundError as error:
+        parser.exit(2, f"average-checkpoints: {error}\n")
     print(f"averaged {len(paths)} checkpoints: {' '.join(os.path.basename(p) for p in paths)} -> {args.output}")
 
 

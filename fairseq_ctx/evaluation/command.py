@@ -62,7 +62,12 @@ def run(args):
         from .average import average_last
 
         checkpoint = os.path.join(out_dir, f"average_last{args.average_last}.pt")
-        result["averaged"] = [os.path.basename(p) for p in average_last(args.save_dir, args.average_last, checkpoint)]
+        try:
+            averaged = average_last(args.save_dir, args.average_last, checkpoint)
+        except FileNotFoundError as error:
+            raise SystemExit(f"evaluate: {error}; --paper {args.paper} averages the last {args.average_last}: "
+                             "pass --average-last K (0: no averaging) or --path CHECKPOINT") from None
+        result["averaged"] = [os.path.basename(p) for p in averaged]
     else:
         checkpoint = os.path.join(args.save_dir, args.checkpoint)
         if not os.path.exists(checkpoint):

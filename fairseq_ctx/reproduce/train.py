@@ -192,8 +192,11 @@ def build_command(config, setting, data, save_dir, extra=(), launcher="spawn", g
         # environment and rendezvous on the first node at --distributed-port. fairseq takes
         # device SLURM_LOCALID, so every task must see all of its node's GPUs: --gpu-bind=none
         # (a site default binding one GPU per task would leave tasks 1-3 without device 1-3)
+        # Slurm 22.05+ srun no longer inherits the job's --cpus-per-task: pass it on, or each
+        # task gets one core for fairseq's data loading
+        cpus = os.environ.get("SLURM_CPUS_PER_TASK")
         return ["srun", "--nodes", str(hw.nnodes), "--ntasks-per-node", str(hw.gpus), "--gpus-per-node", str(hw.gpus),
-                "--gpu-bind=none", python, "-m", "fairseq_cli.train", *args, "--distributed-world-size", str(hw.world),
+                "--gpu-bind=none", *(["--cpus-per-task", cpus] if cpus else []), python, "-m", "fairseq_cli.train", *args, "--distributed-world-size", str(hw.world),
                 "--distributed-port", str(master_port)]
     if launcher != "spawn":
         raise ValueError(f"unknown launcher {launcher!r} (spawn, torchrun or slurm)")
