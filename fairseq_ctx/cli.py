@@ -80,7 +80,7 @@ def prepare_data(argv=None):
     if not argv or argv[0] in ("-h", "--help"):
         lines = ["usage: fairseq-ctx-prepare-data CORPUS [options]   (CORPUS --help: the script's options;",
                  "       its usage line names the script's path in a checkout, scripts/...)",
-                 "Outputs go under work/ of the current directory unless --out is given.", "", "corpora:"]
+                 f"Outputs go under {paths.WORK_DIR} (where fairseq-ctx-reproduce looks) unless --out is given.", "", "corpora:"]
         lines += [f"  {name:14s} {summary}" for name, (_, summary) in DATA_SCRIPTS.items()]
         print("\n".join(lines), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2

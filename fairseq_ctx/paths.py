@@ -33,6 +33,7 @@ def _cwd():
 
 
 WORK_ROOT = CHECKOUT or _cwd()
+WORK_DIR = os.path.join(WORK_ROOT, "work")  # prepared data and results, read and written by every command
 
 
 def config_path(name):
@@ -69,9 +70,11 @@ def python_env(env=None):
 
 def script_env(env=None):
     """The environment of a shipped shell script: its ``$PY -m fairseq_ctx...`` children are this
-    interpreter importing this very copy, and this environment's tools (fairseq-preprocess,
-    subword-nmt) come first on PATH."""
+    interpreter importing this very copy, this environment's tools (fairseq-preprocess,
+    subword-nmt) come first on PATH, and their default output root is WORK_DIR."""
     env = python_env(env)
     env.setdefault("PY", sys.executable)
+    # where the scripts put a corpus by default: where the reproduction looks for it
+    env.setdefault("FAIRSEQ_CTX_WORK", WORK_DIR)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     return env

@@ -2,6 +2,7 @@
 each row's own baseline, failing cells fail the command, row configs mean what their rows
 claim, trained models reused across tables, cells of different settings kept apart,
 checkpoints kept only as evaluation needs them, per-column training options, footers."""
+import glob
 import json
 import os
 import re
@@ -446,3 +447,23 @@ def test_changed_evaluation_settings_are_evaluated_afresh(monkeypatch):
     monkeypatch.setitem(defaults.PAPER_DEFAULTS, "yang2019",
                         dataclasses.replace(settings, average_last=0, checkpoint="checkpoint_last.pt"))
     assert cell.eval_dir("test") != without_average
+
+
+def test_prepared_data_lands_where_the_reproduction_looks(tmp_path, monkeypatch):
+    """fairseq-ctx-prepare-data's default output root is the reproduction's default data root,
+    whatever directory either is run from."""
+    from fairseq_ctx import paths
+    from fairseq_ctx.reproduce import runner
+
+    monkeypatch.delenv("FAIRSEQ_CTX_WORK", raising=False)
+    env = paths.script_env()
+    assert env["FAIRSEQ_CTX_WORK"] == paths.WORK_DIR
+    for script in glob.glob(os.path.join(paths.SHELL_SCRIPTS, "*.sh")) + glob.glob(os.path.join(paths.DATA_SCRIPTS, "prepare-*.sh")):
+        with open(script) as handle:
+            defaults = [line for line in handle if line.startswith("out=${out:-")]
+        assert all("${FAIRSEQ_CTX_WORK:-work}/" in line for line in defaults), (script, defaults)
+    monkeypatch.chdir(tmp_path)  # not the checkout: the defaults must not depend on it
+    proc = subprocess.run([sys.executable, "-c", "import sys; from fairseq_ctx.cli import reproduce; "
+                           "sys.exit(reproduce(['cao_table2', '--dry-run']))"],
+                          capture_output=True, text=True, env=cli_env(), cwd=tmp_path)
+    assert os.path.join(paths.WORK_DIR, "wmt17-zh-en-len50") in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]

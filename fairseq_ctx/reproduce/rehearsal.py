@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from ..paths import WORK_ROOT
+from ..paths import WORK_DIR
 from .runner import main as run_table
 from .tables import TABLES
 
@@ -23,7 +23,7 @@ ORDER = ["yang2019_table1", "yang2019_table2", "yang2019_table3", "cao_table1", 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", default=os.path.join(WORK_ROOT, "work", "smoke"))
+    parser.add_argument("--results", default=os.path.join(WORK_DIR, "smoke"))
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--tables", nargs="+", choices=ORDER, default=ORDER)
     args = parser.parse_args(argv)

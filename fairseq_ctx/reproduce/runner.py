@@ -31,7 +31,7 @@ import time
 from typing import Dict, List, Optional
 
 from ..atomic import atomic_write
-from ..paths import CHECKOUT, WORK_ROOT
+from ..paths import CHECKOUT, WORK_DIR
 from . import train as train_mod
 from .train import CONFIGS, PAPER_SETTING, ROOT
 
@@ -646,11 +646,11 @@ def main(table_key, argv=None):
             sys.exit("reproduce: --smoke trains on the CPU (--setting cpu)")
         options.setting = "cpu"
         options.cpu_max_tokens = options.cpu_max_tokens or SMOKE_MAX_TOKENS
-        options.results = options.results or os.path.join(WORK_ROOT, "work", "smoke")
+        options.results = options.results or os.path.join(WORK_DIR, "smoke")
         options.data_root = options.data_root or os.path.join(options.results, "data")
     # absolute: the training and evaluation children run in another directory
-    options.results = os.path.abspath(options.results or os.path.join(WORK_ROOT, "work", "experiments"))
-    options.data_root = os.path.abspath(options.data_root or os.path.join(WORK_ROOT, "work"))
+    options.results = os.path.abspath(options.results or os.path.join(WORK_DIR, "experiments"))
+    options.data_root = os.path.abspath(options.data_root or WORK_DIR)  # where prepare-data writes
     try:
         train_mod.check_launch(options.launcher, options.nnodes, options.node_rank, options.master_addr)
     except train_mod.BatchError as error:

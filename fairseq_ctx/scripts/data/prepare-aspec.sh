@@ -43,7 +43,7 @@ case "$direction" in ja-en|en-ja) ;; *) die "--direction must be ja-en or en-ja"
 case "$length_eval_tokens" in ''|*[!0-9]*|0) die "--length-eval-tokens must be a positive number" ;; esac
 [ -z "$checksums" ] || [ -f "$checksums" ] || die "checksum manifest not found: $checksums"
 src=${direction%-*}; tgt=${direction#*-}
-out=${out:-work/aspec-$direction}
+out=${out:-${FAIRSEQ_CTX_WORK:-work}/aspec-$direction}
 # the token budget is recorded only when it is not the paper's (older directories keep their settings)
 budget=; [ -n "$length_eval" ] && [ "$length_eval_tokens" != 20000 ] && budget=" length_eval_tokens=$length_eval_tokens"
 check_settings "direction=$direction top=$top vocab=$vocab length_eval=${length_eval:-0}$budget"

@@ -40,7 +40,7 @@ case "$variant" in both|plain|concat) ;; *) die "--variant must be both, plain o
 [ -z "$local_dir" ] || [ -d "$local_dir" ] || die "--local-dir $local_dir is not a directory"
 [ -z "$checksums" ] || [ -f "$checksums" ] || die "checksum manifest not found: $checksums"
 src=${direction%-*}; tgt=${direction#*-}
-out=${out:-work/opensubtitles-$direction}
+out=${out:-${FAIRSEQ_CTX_WORK:-work}/opensubtitles-$direction}
 check_settings "direction=$direction vocab=$vocab"
 splits=(train valid test)
 

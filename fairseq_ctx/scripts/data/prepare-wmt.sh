@@ -73,7 +73,7 @@ if [ "$corpus" = wmt17-zh-en ]; then
 elif [ -n "$without_cwmt" ]; then
     die "--without-cwmt only applies to wmt17-zh-en, not $corpus"
 fi
-out=${out:-work/$corpus${reverse:+-reversed}}
+out=${out:-${FAIRSEQ_CTX_WORK:-work}/$corpus${reverse:+-reversed}}
 check_settings "corpus=$corpus src=$src tgt=$tgt merges=$merges bpe=$bpe max_len=$max_len ratio=$ratio extra=${extra[*]:-none}$cwmt_setting"
 splits=(train valid test)
 
