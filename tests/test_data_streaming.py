@@ -546,3 +546,24 @@ def test_data_preparation_uses_every_cpu_even_with_omp_num_threads_set():
     out = subprocess.run(["bash", "-c", f'source "{common}"; echo "$WORKERS"'], capture_output=True, text=True,
                          env=dict(os.environ, OMP_NUM_THREADS="1", PY=sys.executable), check=True).stdout
     assert out.split()[-1] == str(len(os.sched_getaffinity(0)))
+
+
+def test_sentencepiece_encoding_on_workers_is_the_librarys_line_by_line(bpe_text, tmp_path, monkeypatch):
+    import sentencepiece as spm
+
+    from fairseq_ctx.data import sentencepiece_model
+
+    text, _, _ = bpe_text
+    sentencepiece_model.train(str(text), str(tmp_path / "spm"), 300)
+    processor = spm.SentencePieceProcessor(model_file=str(tmp_path / "spm.model"))
+    want = "".join(" ".join(processor.encode(line.strip(), out_type=str)) + "\n"
+                   for line in text.read_text().split("\n")[:-1])
+    monkeypatch.setattr(streaming, "ROUND_LINES", 500)  # many blocks
+    sentencepiece_model.main(["encode", "--model", str(tmp_path / "spm.model"), "--workers", "2",
+                              "--input", str(text), "--output", str(tmp_path / "pieces")])
+    assert (tmp_path / "pieces").read_text() == want and "\u2581" in want
+
+    monkeypatch.setattr(sentencepiece_model, "_encode_line", _pid)  # and it ran on two workers
+    sentencepiece_model.encode_file(str(tmp_path / "spm.model"), str(text), str(tmp_path / "pids"), workers=2)
+    pids = set((tmp_path / "pids").read_text().split())
+    assert len(pids) == 2 and str(os.getpid()) not in pids, pids

@@ -5,17 +5,26 @@ user-defined symbols.
 
 Usage:
   python -m fairseq_ctx.data.sentencepiece_model train --input tok/train.ja --model-prefix spm.ja --vocab-size 32000
-  python -m fairseq_ctx.data.sentencepiece_model encode --model spm.ja.model --input a b --output x y
+  python -m fairseq_ctx.data.sentencepiece_model encode --model spm.ja.model --input a b --output x y [--workers N]
+
+Encoding runs on worker processes (streaming.parallel_map_lines: in order, bounded, atomic
+output, a progress bar); lines are split at "\n" (tokeniser outputs hold no other separator).
 """
 import argparse
 import os
 
-from ..atomic import atomic_write
-from .streaming import progress
+from .streaming import default_workers, parallel_map_lines
 
 
 def train(input_path, model_prefix, vocab_size, symbols=(), character_coverage=0.9995):
     import sentencepiece as spm
+    import sys
+    import time
+
+    started = time.time()
+    # the library's own log is off (thousands of lines); say what runs, it takes minutes
+    print(f"sentencepiece: training {model_prefix}.model on {input_path} (vocabulary {vocab_size}) ...",
+          file=sys.stderr, flush=True)
 
     spm.SentencePieceTrainer.train(
         input=input_path, model_prefix=model_prefix, vocab_size=vocab_size,
@@ -26,14 +35,27 @@ def train(input_path, model_prefix, vocab_size, symbols=(), character_coverage=0
         input_sentence_size=10_000_000, shuffle_input_sentence=True,
         minloglevel=2,
     )
+    print(f"sentencepiece: {model_prefix}.model trained in {time.time() - started:.0f} s", file=sys.stderr)
 
 
-def encode(model, lines):
+_processor = None
+
+
+def _load(model):
+    global _processor
     import sentencepiece as spm
 
-    processor = spm.SentencePieceProcessor(model_file=model)
-    for line in lines:
-        yield " ".join(processor.encode(line.strip(), out_type=str))
+    _processor = spm.SentencePieceProcessor(model_file=model)
+
+
+def _encode_line(line):
+    return " ".join(_processor.encode(line.strip(), out_type=str))
+
+
+def encode_file(model, src, dst, workers=1):
+    """``src`` encoded into pieces with ``model``, one line per line, into ``dst``."""
+    parallel_map_lines(src, dst, _encode_line, f"sentencepiece {os.path.basename(src)}", workers,
+                       initializer=_load, initargs=(model,))
 
 
 def main(argv=None):
@@ -48,6 +70,7 @@ def main(argv=None):
     e.add_argument("--model", required=True)
     e.add_argument("--input", nargs="+", required=True)
     e.add_argument("--output", nargs="+", required=True)
+    e.add_argument("--workers", type=int, default=default_workers(), help="processes (default: the CPUs this job may use)")
     args = parser.parse_args(argv)
     if args.command == "train":
         train(args.input, args.model_prefix, args.vocab_size, args.symbol)
@@ -55,9 +78,7 @@ def main(argv=None):
     if len(args.input) != len(args.output):
         parser.error("--input and --output need the same number of files")
     for src, dst in zip(args.input, args.output):
-        with open(src, encoding="utf-8") as handle, atomic_write(dst) as out:  # streaming
-            lines = progress(handle, f"sentencepiece {os.path.basename(src)}")
-            out.writelines(line + "\n" for line in encode(args.model, lines))
+        encode_file(args.model, src, dst, args.workers)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ spm_encode() {
     local model=$1 indir=$2 outdir=$3 l=$4; shift 4
     local s inputs=() outputs=()
     for s in "$@"; do inputs+=("$indir/$s.$l"); outputs+=("$outdir/$s.$l"); done
-    $PY -m fairseq_ctx.data.sentencepiece_model encode --model "$model" --input "${inputs[@]}" --output "${outputs[@]}"
+    $PY -m fairseq_ctx.data.sentencepiece_model encode --model "$model" --workers "$WORKERS" --input "${inputs[@]}" --output "${outputs[@]}"
 }
 
 # subword-nmt's BPE applied on $WORKERS cores (fairseq_ctx.data.bpe: byte-identical to
