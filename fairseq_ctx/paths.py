@@ -33,7 +33,8 @@ def _cwd():
 
 
 WORK_ROOT = CHECKOUT or _cwd()
-WORK_DIR = os.path.join(WORK_ROOT, "work")  # prepared data and results, read and written by every command
+# prepared data and results, read and written by every command; FAIRSEQ_CTX_WORK moves it
+WORK_DIR = os.path.abspath(os.environ.get("FAIRSEQ_CTX_WORK") or os.path.join(WORK_ROOT, "work"))
 
 
 def config_path(name):
@@ -75,6 +76,6 @@ def script_env(env=None):
     env = python_env(env)
     env.setdefault("PY", sys.executable)
     # where the scripts put a corpus by default: where the reproduction looks for it
-    env.setdefault("FAIRSEQ_CTX_WORK", WORK_DIR)
+    env["FAIRSEQ_CTX_WORK"] = WORK_DIR
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     return env

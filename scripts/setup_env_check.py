@@ -143,15 +143,15 @@ def effective_constraints(base_lines, present, numpy_version=None):
 
     A kept torch older than 2.3 also keeps its numpy: such wheels are built against NumPy
     1.x and break on the file's NumPy 2 pin (``torch.from_numpy``, which fairseq's datasets
-    use). The present numpy is pinned instead of the file's, or ``numpy<2`` when none is
-    present. (torch 2.3 and later work with NumPy 2: the file's pin stays.)"""
+    use). The present numpy is pinned instead of the file's where it is a NumPy 1.x, else
+    ``numpy<2``. (torch 2.3 and later work with NumPy 2: the file's pin stays.)"""
     keep_numpy = present is not None and _release(present["version"]) < (2, 3)
     out = [line.rstrip("\n") for line in base_lines
            if not is_torch_line(line) and not (keep_numpy and is_numpy_line(line))]
     if present is not None:
         out.append("# the torch present in the environment (kept; scripts/setup-env.sh)")
         out.append(f"torch=={present['version']}")
-        if keep_numpy and numpy_version:
+        if keep_numpy and numpy_version and _release(numpy_version) < (2,):
             out.append("# and the numpy beside it (a torch before 2.3 is built against NumPy 1.x)")
             out.append(f"numpy=={numpy_version}")
         elif keep_numpy:

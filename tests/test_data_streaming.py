@@ -507,6 +507,7 @@ def test_sigterm_stops_the_workers_and_leaves_no_output(tmp_path):
     """kill / timeout / scancel send SIGTERM: the step ends at once, its workers with it, and
     no temporary output is left beside the destination."""
     proc, workers = _start_slow_parallel_map(tmp_path)
+    time.sleep(1.0)  # mid-block: the step's main thread waits on a result, the pool's threads run
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=30)

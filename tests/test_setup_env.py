@@ -355,12 +355,14 @@ def test_extensions_broken_behind_an_unchanged_record_are_rebuilt(fake):
     assert len(fairseq_installs(fake.calls())) == 1
 
 
-@pytest.mark.parametrize("numpy_present", ["1.26.4", None])
+@pytest.mark.parametrize("numpy_present", ["1.26.4", None, "2.1.0"])
 def test_an_older_torch_kept_keeps_a_numpy_1(numpy_present):
-    """torch < 2.3 is built against NumPy 1.x: the file's numpy 2 pin would break it."""
+    """torch < 2.3 is built against NumPy 1.x: the file's numpy 2 pin (or a NumPy 2 already
+    there) would break it."""
     text = check.effective_constraints(_lines(CPU), torch_info("2.1.2+cu118", cuda="11.8"), numpy_present)
     numpy_lines = [line for line in text.splitlines() if check.is_numpy_line(line)]
-    assert numpy_lines == [f"numpy=={numpy_present}" if numpy_present else "numpy<2"], numpy_lines
+    want = "numpy==1.26.4" if numpy_present == "1.26.4" else "numpy<2"
+    assert numpy_lines == [want], numpy_lines
 
 
 def test_a_recent_torch_kept_keeps_the_numpy_pin():

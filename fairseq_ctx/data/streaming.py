@@ -208,7 +208,8 @@ def _terminate_as_exit():
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if signal.getsignal(signal.SIGTERM) is terminate:  # not someone else's, set meanwhile
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _worker_setup(parent, initializer, initargs):
@@ -264,14 +265,25 @@ def map_line_blocks(src: str, block_function: Callable[[list], object], desc: st
                 for block in _line_blocks(lines, block_lines):
                     pending.append(pool.submit(block_function, block))
                     if len(pending) >= in_flight:
-                        yield pending.popleft().result()
+                        yield _result(pending.popleft())
                 while pending:
-                    yield pending.popleft().result()
+                    yield _result(pending.popleft())
             except BaseException:  # an error, SIGTERM, Ctrl-C, or the consumer stopped reading
-                for future in pending:
-                    future.cancel()
+                # (the pending futures are failed by the pool once its workers are gone;
+                # cancelling them here would make the pool's own thread raise on them)
                 _stop_workers(pool)
                 raise
+
+
+def _result(future):
+    """``future.result()``, waking up twice a second: a signal delivered to one of the pool's
+    threads (a process-directed SIGTERM may land on any thread) runs its Python handler only
+    when the main thread next runs Python code, never while it blocks on a lock."""
+    while True:
+        try:
+            return future.result(timeout=0.5)
+        except TimeoutError:
+            continue
 
 
 def _stop_workers(pool):
@@ -281,9 +293,22 @@ def _stop_workers(pool):
     if hasattr(pool, "terminate_workers"):
         pool.terminate_workers()
         return
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
         with contextlib.suppress(Exception):
             process.terminate()
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(5)
+    # a worker killed halfway through sending a result leaves the pool's reader thread waiting
+    # for the rest of it forever (this process holds the pipe's write end): close that end, so
+    # the reader gets end-of-file and the pool's shutdown returns
+    with contextlib.suppress(Exception):
+        pool._result_queue._writer.close()
+    # blocks queued for the dead workers: the queue's feeder thread may be stuck writing one
+    # into a full pipe nobody reads; do not wait for it at exit
+    with contextlib.suppress(Exception):
+        pool._call_queue.cancel_join_thread()
 
 
 def _map_each(function, lines):
