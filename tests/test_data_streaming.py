@@ -481,7 +481,8 @@ def _alive(pid):
 
 def _start_slow_parallel_map(tmp_path):
     src, pid_dir = tmp_path / "src", tmp_path / "pids"
-    src.write_text("".join(f"{i}\n" for i in range(100_000)))
+    # long lines: a block is larger than a pipe's buffer, as real blocks of text are
+    src.write_text("".join(f"{i} {'word ' * 20}\n" for i in range(100_000)))
     pid_dir.mkdir()
     code = ("from fairseq_ctx.data import streaming; from tests.test_data_streaming import _slow_pid as f\n"
             f"streaming.parallel_map_lines({str(src)!r}, {str(tmp_path / 'dst')!r}, f, 'test', workers=2)")
