@@ -102,14 +102,18 @@ def _canonical(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def is_torch_line(line):
-    """A requirement/constraint line about the distribution ``torch`` itself (not
-    torchaudio, torch-geometric, ...)."""
+def names_distribution(line, name):
+    """Whether a requirement/constraint line is about the distribution ``name`` itself
+    (for torch: not torchaudio, torch-geometric, ...); comments and options never are."""
     stripped = line.split("#", 1)[0].strip()
     if not stripped or stripped.startswith("-"):
         return False
     match = _NAME.match(stripped)
-    return bool(match) and _canonical(match.group(1)) == "torch"
+    return bool(match) and _canonical(match.group(1)) == name
+
+
+def is_torch_line(line):
+    return names_distribution(line, "torch")
 
 
 def torch_pins(lines):
@@ -118,9 +122,7 @@ def torch_pins(lines):
 
 
 def is_numpy_line(line):
-    stripped = line.split("#", 1)[0].strip()
-    match = _NAME.match(stripped) if stripped and not stripped.startswith("-") else None
-    return bool(match) and _canonical(match.group(1)) == "numpy"
+    return names_distribution(line, "numpy")
 
 
 def present_numpy():
