@@ -130,9 +130,11 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
           curve_updates=(), restore_file=None):
     """fairseq-train as scripts/demo.sh runs it. With ``curve_updates`` it also saves
     (and keeps) a checkpoint and validates every gcd(curve_updates) updates; with
-    ``restore_file`` it starts from that checkpoint (fairseq resumes exactly: optimizer,
-    lr schedule, data order and per-update seeds are in the checkpoint). The log is
-    appended to (a resumed training adds to the log of its first part)."""
+    ``restore_file`` it starts from that checkpoint (optimizer, lr schedule, data order
+    and per-update seeds are in it; not bit-for-bit: on CPU a run resumed from its
+    checkpoint_last.pt after a machine restart saw the same batches but losses that differ
+    from the interrupted run's in the third digit, 2026-11-25). The log is appended to (a
+    resumed training adds to the log of its first part)."""
     extra = []
     if curve_updates:
         common = [c for c in common if c != "--disable-validation"]
@@ -406,7 +408,9 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     Checkpoints stay in RUN/checkpoints until every asked-for score of the run is written
     (so a run interrupted while scoring resumes without retraining), then are deleted
     unless ``keep_checkpoints``. Each result is
-    {"bleu", "hyps", ..., "curve": {updates: {"bleu", ...}}, "valid": {updates: {"loss", ...}}}.
+    {"bleu", "hyps", ..., "curve": {updates: {"bleu", ...}}, "valid": {updates: {"loss", ...}}},
+    with "resumed": true where the training was interrupted and resumed (its "train_seconds"
+    then counts only the part after the interruption).
     """
     curve_updates = sorted({int(u) for u in curve_updates if int(u) < updates})
     settings_common = f"updates={updates} beam={beam} common={' '.join(common)} gen={' '.join(gen_args)}"
@@ -434,11 +438,12 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         trained = _read_json(os.path.join(ckpt_dir, "trained.json"))
         if (trained and trained.get("settings") == settings and os.path.exists(last)
                 and set(missing) <= set(trained.get("curve_updates", []))):
-            train_s = trained.get("train_seconds", 0.0)
+            train_s, resumed = trained.get("train_seconds", 0.0), trained.get("resumed", False)
             log(f"[quality] {name} seed {seed}: trained already, scoring its checkpoints")
         else:
             key = {"settings": settings, "curve_updates": missing}
-            if _read_json(os.path.join(ckpt_dir, "started.json")) == key:
+            resumed = _read_json(os.path.join(ckpt_dir, "started.json")) == key
+            if resumed:
                 # an interrupted training of exactly this: fairseq resumes from checkpoint_last.pt
                 log(f"[quality] {name} seed {seed}: resuming the interrupted training")
             else:
@@ -454,13 +459,17 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
                                threads, **kwargs)
             _write_json(os.path.join(ckpt_dir, "trained.json"),
-                        {"settings": settings, "curve_updates": missing, "train_seconds": round(train_s, 1)})
+                        {"settings": settings, "curve_updates": missing, "train_seconds": round(train_s, 1),
+                         "resumed": resumed})
         if final is None:
             t0 = time.time()
             res, hyps = eval_fn(data_bin, last, ref, beam, os.path.join(run_dir, "eval"), gen_args=gen_args)
             final = {"settings": settings, "bleu": res["bleu"], "signature": res.get("signature"),
                      "sentences": res.get("sentences"), "train_seconds": round(train_s, 1),
                      "eval_seconds": round(time.time() - t0, 1), "hyps": hyps}
+            if resumed:
+                # train_seconds then counts only the part after the interruption
+                final["resumed"] = True
             _write_json(os.path.join(run_dir, "result.json"), final)
             log(f"[quality] {name} seed {seed}: BLEU {res['bleu']} "
                 f"(train {train_s:.0f}s, eval {final['eval_seconds']:.0f}s)")

@@ -497,6 +497,25 @@ def test_scoring_interrupted_resumes_without_retraining(qc, study):
     assert not (run_dir / "checkpoints").exists()
 
 
+def test_a_resumed_training_is_marked_so_its_seconds_are_not_read_as_the_whole(qc, study):
+    # killed after training started (started.json written) but before it finished
+    # (no trained.json): the next call resumes it, and the result says so
+    fk = study.fakes
+    fk.fail_eval_at = UPDATES
+    with pytest.raises(RuntimeError, match="killed while scoring"):
+        _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    ck = study.out / "runs" / "00-transformer" / "seed1" / "checkpoints"
+    (ck / "trained.json").unlink()
+    (ck / "checkpoint_last.pt").unlink()  # Fakes.train asserts it would not resume
+    fk.fail_eval_at = None
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    assert len(fk.train_calls) == 2
+    assert q["runs"]["00-transformer"]["1"]["resumed"] is True
+    q = _main(qc, study, "--seeds", "1", "2", "--configs", "00-*")  # an uninterrupted run: no mark
+    assert q["runs"]["00-transformer"]["1"]["resumed"] is True
+    assert "resumed" not in q["runs"]["00-transformer"]["2"]
+
+
 def test_stale_checkpoints_of_other_settings_are_not_resumed(qc, study):
     # a training killed under other settings left checkpoint_last.pt: fairseq would
     # resume from it; the driver starts afresh (Fakes.train asserts there is none)
