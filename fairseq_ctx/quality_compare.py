@@ -131,10 +131,11 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
     """fairseq-train as scripts/demo.sh runs it. With ``curve_updates`` it also saves
     (and keeps) a checkpoint and validates every gcd(curve_updates) updates; with
     ``restore_file`` it starts from that checkpoint (optimizer, lr schedule, data order
-    and per-update seeds are in it; not bit-for-bit: on CPU a run resumed from its
-    checkpoint_last.pt after a machine restart saw the same batches but losses that differ
-    from the interrupted run's in the third digit, 2026-11-25). The log is appended to (a
-    resumed training adds to the log of its first part)."""
+    and per-update seeds are in it: on one machine the continuation is bit-identical to an
+    uninterrupted run; across machines CPU floating-point order differs, so a run resumed
+    after a restart on another host follows the same batches with losses that differ in the
+    third digit). The log is appended to (a resumed training adds to the log of its first
+    part)."""
     extra = []
     if curve_updates:
         common = [c for c in common if c != "--disable-validation"]
@@ -353,12 +354,35 @@ def _write_json(path, obj):
         json.dump(obj, f)
 
 
+def _software():
+    """What produced the numbers: this checkout's commit (None for an installed copy) and
+    the versions that change them (CPU floating-point order aside)."""
+    import fairseq
+    import sacrebleu
+    import torch
+
+    from .reproduce.runner import git_commit
+
+    return {"git_commit": git_commit(), "torch": torch.__version__, "fairseq": fairseq.__version__,
+            "sacrebleu": sacrebleu.__version__, "python": sys.version.split()[0]}
+
+
 def _read_json(path):
     try:
         with open(path) as f:
             return json.load(f)
     except (OSError, ValueError):
         return None
+
+
+def _resumed_at_update(log_path):
+    """The update count fairseq's last "Loaded checkpoint ... @ N updates" line names."""
+    try:
+        with open(log_path) as f:
+            found = re.findall(r"Loaded checkpoint .* @ (\d+) updates", f.read())
+    except OSError:
+        return None
+    return int(found[-1]) if found else None
 
 
 def _point_path(run_dir, u):
@@ -409,8 +433,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     (so a run interrupted while scoring resumes without retraining), then are deleted
     unless ``keep_checkpoints``. Each result is
     {"bleu", "hyps", ..., "curve": {updates: {"bleu", ...}}, "valid": {updates: {"loss", ...}}},
-    with "resumed": true where the training was interrupted and resumed (its "train_seconds"
-    then counts only the part after the interruption).
+    with "resumed_at_update": N where the training was interrupted and fairseq resumed it
+    from its checkpoint at update N (its "train_seconds" then count only the part after N).
     """
     curve_updates = sorted({int(u) for u in curve_updates if int(u) < updates})
     settings_common = f"updates={updates} beam={beam} common={' '.join(common)} gen={' '.join(gen_args)}"
@@ -438,11 +462,11 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         trained = _read_json(os.path.join(ckpt_dir, "trained.json"))
         if (trained and trained.get("settings") == settings and os.path.exists(last)
                 and set(missing) <= set(trained.get("curve_updates", []))):
-            train_s, resumed = trained.get("train_seconds", 0.0), trained.get("resumed", False)
+            train_s, resumed_at = trained.get("train_seconds", 0.0), trained.get("resumed_at_update")
             log(f"[quality] {name} seed {seed}: trained already, scoring its checkpoints")
         else:
             key = {"settings": settings, "curve_updates": missing}
-            resumed = _read_json(os.path.join(ckpt_dir, "started.json")) == key
+            resumed = _read_json(os.path.join(ckpt_dir, "started.json")) == key and os.path.exists(last)
             if resumed:
                 # an interrupted training of exactly this: fairseq resumes from checkpoint_last.pt
                 log(f"[quality] {name} seed {seed}: resuming the interrupted training")
@@ -458,18 +482,19 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             kwargs = {"curve_updates": missing} if missing else {}
             train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
                                threads, **kwargs)
+            resumed_at = _resumed_at_update(log_path) if resumed else None
             _write_json(os.path.join(ckpt_dir, "trained.json"),
                         {"settings": settings, "curve_updates": missing, "train_seconds": round(train_s, 1),
-                         "resumed": resumed})
+                         "resumed_at_update": resumed_at})
         if final is None:
             t0 = time.time()
             res, hyps = eval_fn(data_bin, last, ref, beam, os.path.join(run_dir, "eval"), gen_args=gen_args)
             final = {"settings": settings, "bleu": res["bleu"], "signature": res.get("signature"),
                      "sentences": res.get("sentences"), "train_seconds": round(train_s, 1),
                      "eval_seconds": round(time.time() - t0, 1), "hyps": hyps}
-            if resumed:
+            if resumed_at is not None:
                 # train_seconds then counts only the part after the interruption
-                final["resumed"] = True
+                final["resumed_at_update"] = resumed_at
             _write_json(os.path.join(run_dir, "result.json"), final)
             log(f"[quality] {name} seed {seed}: BLEU {res['bleu']} "
                 f"(train {train_s:.0f}s, eval {final['eval_seconds']:.0f}s)")
@@ -496,8 +521,9 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     def recover_checkpoint(name, seed, u, ckpt_dir, run_dir):
         """fairseq names a save that ends an epoch checkpointE.pt (which --no-epoch-checkpoints
         suppresses), not checkpoint_E_U.pt: when a curve point falls on an epoch's end,
-        train again to exactly U from the latest earlier checkpoint (bit-exact, fairseq
-        resumes deterministically) in a side directory."""
+        train again to exactly U from the latest earlier checkpoint (bit-exact on the same
+        machine: fairseq restores optimizer, schedule, data order and per-update seeds) in
+        a side directory."""
         words = [*common, *configs[name]]
         scheduler = words[len(words) - 1 - words[::-1].index("--lr-scheduler") + 1] \
             if "--lr-scheduler" in words else "fixed"
@@ -648,7 +674,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
                                f"{curve_interval(curve_updates)} --keep-interval-updates -1 "
                                f"--validate-interval-updates {curve_interval(curve_updates)}")
             if curve_updates else None,
-            "command": " ".join(shlex.quote(x) for x in sys.argv)}
+            "command": " ".join(shlex.quote(x) for x in sys.argv), **_software()}
     # a plot only when there is a curve: intermediate BLEU points or logged validations
     has_curve = any(len(c["bleu"]["updates"]) > 1 or c["valid_loss"]["updates"] for c in curves.values())
     png = None

@@ -339,18 +339,25 @@ class Fakes:
         self.configs, self.refs = configs, refs
         self.train_calls, self.eval_calls = [], []
         self.fail_eval_at = None
+        self.allow_resume = False
 
     def train(self, data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0,
               curve_updates=(), restore_file=None):
         arch = arch_args[1]
         self.train_calls.append({"arch": arch, "seed": seed, "updates": updates,
                                  "curve": tuple(curve_updates), "restore": restore_file})
-        assert not os.path.exists(os.path.join(save_dir, "checkpoint_last.pt")), "would resume"
-        os.makedirs(save_dir, exist_ok=True)
+        last = os.path.join(save_dir, "checkpoint_last.pt")
         start = int(re.search(r"_(\d+)\.pt$", restore_file).group(1)) if restore_file else 0
+        lines = []
+        if os.path.exists(last):  # fairseq resumes from it
+            assert self.allow_resume, "would resume"
+            with open(last) as f:
+                start = int(f.read())
+            lines.append(f"2026-11-25 08:00:07 | INFO | fairseq.trainer | Loaded checkpoint {last} "
+                         f"(epoch {start // EPOCH + 1} @ {start} updates)")
+        os.makedirs(save_dir, exist_ok=True)
         interval = math.gcd(*curve_updates) if curve_updates else 0
         validate = bool(curve_updates) or "--disable-validation" not in common
-        lines = []
         for u in range(start + 1, updates + 1):
             epoch, end_of_epoch = (u - 1) // EPOCH + 1, u % EPOCH == 0
             saving = interval and u % interval == 0
@@ -452,6 +459,7 @@ def test_end_to_end_seed_statistics_and_curves(qc, study):
     assert q["runs"]["01-good"]["2"]["curve"]["50"]["checkpoint"] == os.path.join("to50", "checkpoint_last.pt")
     assert q["runs"]["01-good"]["2"]["curve"]["40"]["checkpoint"] == "checkpoint_2_40.pt"
     assert q["meta"]["curve_updates"] == [20, 40, 50, UPDATES]
+    assert q["meta"]["torch"] and q["meta"]["fairseq"] and "git_commit" in q["meta"]
     png = out / "curves.png"
     assert q["curve_png"] == str(png) and png.stat().st_size > 5000
 
@@ -498,22 +506,26 @@ def test_scoring_interrupted_resumes_without_retraining(qc, study):
 
 
 def test_a_resumed_training_is_marked_so_its_seconds_are_not_read_as_the_whole(qc, study):
-    # killed after training started (started.json written) but before it finished
-    # (no trained.json): the next call resumes it, and the result says so
     fk = study.fakes
     fk.fail_eval_at = UPDATES
-    with pytest.raises(RuntimeError, match="killed while scoring"):
-        _main(qc, study, "--seeds", "1", "--configs", "00-*")
-    ck = study.out / "runs" / "00-transformer" / "seed1" / "checkpoints"
-    (ck / "trained.json").unlink()
-    (ck / "checkpoint_last.pt").unlink()  # Fakes.train asserts it would not resume
-    fk.fail_eval_at = None
-    q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
-    assert len(fk.train_calls) == 2
-    assert q["runs"]["00-transformer"]["1"]["resumed"] is True
-    q = _main(qc, study, "--seeds", "1", "2", "--configs", "00-*")  # an uninterrupted run: no mark
-    assert q["runs"]["00-transformer"]["1"]["resumed"] is True
-    assert "resumed" not in q["runs"]["00-transformer"]["2"]
+    for seed in ("1", "2"):  # one at a time: a failure stops runs not yet started
+        with pytest.raises(RuntimeError, match="killed while scoring"):
+            _main(qc, study, "--seeds", seed, "--configs", "00-*")
+    # seed 1 killed while training after its checkpoint at update 25 (started.json and
+    # checkpoint_last.pt, no trained.json): fairseq resumes from 25
+    ck1 = study.out / "runs" / "00-transformer" / "seed1" / "checkpoints"
+    (ck1 / "trained.json").unlink()
+    (ck1 / "checkpoint_last.pt").write_text("25")
+    # seed 2 killed before its first checkpoint: trained from scratch, nothing to mark
+    ck2 = study.out / "runs" / "00-transformer" / "seed2" / "checkpoints"
+    (ck2 / "trained.json").unlink()
+    (ck2 / "checkpoint_last.pt").unlink()
+    fk.fail_eval_at, fk.allow_resume = None, True
+    n_train = len(fk.train_calls)
+    q = _main(qc, study, "--seeds", "1", "2", "--configs", "00-*")
+    assert len(fk.train_calls) == n_train + 2
+    assert q["runs"]["00-transformer"]["1"]["resumed_at_update"] == 25
+    assert "resumed_at_update" not in q["runs"]["00-transformer"]["2"]
 
 
 def test_stale_checkpoints_of_other_settings_are_not_resumed(qc, study):

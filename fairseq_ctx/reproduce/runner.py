@@ -332,7 +332,7 @@ def preflight(cells, options, param_counts=None) -> List[str]:
 # -- provenance ----------------------------------------------------------------------------------
 
 
-def _git_commit():
+def git_commit():
     if CHECKOUT is None:  # an installed copy: ROOT is site-packages, maybe inside someone else's repository
         return None
     try:
@@ -352,7 +352,7 @@ def provenance(cell, setting, smoke):
             "setting": "smoke (cpu)" if smoke else setting, "nodes": cell.hw.nnodes, "gpus_per_node": cell.hw.gpus,
             "hardware": cell.hw.describe(), "effective_batch_tokens": cell.hw.effective,
             "paper_batch_tokens": cell.hw.paper_effective, "command": shlex.join(cell.train_cmd),
-            "git_commit": _git_commit(), "torch": torch.__version__, "fairseq": fairseq.__version__,
+            "git_commit": git_commit(), "torch": torch.__version__, "fairseq": fairseq.__version__,
             "python": sys.version.split()[0], "train_log": os.path.join(cell.train_dir, "train.log"),
             "training_key": cell.key, "data": cell.bin_dir, "data_fingerprint": cell.data_fingerprint}
 
