@@ -8,8 +8,10 @@ through fairseq-ctx-evaluate (``--required-batch-size-multiple 1``, every senten
 checked, detokenised, sacreBLEU against the raw references). Reported per config: BLEU
 per seed, mean, sample standard deviation, min-max; per system vs its baseline: the mean
 difference, and sacreBLEU's paired bootstrap resampling test (``paired_bs``, 1000
-resamples, sacreBLEU's fixed seed 12345) both per seed (system seed s vs baseline seed
-s) and pooled (the seeds' test outputs concatenated, references repeated).
+resamples, sacreBLEU's fixed seed 12345) per seed (system seed s vs baseline seed s).
+There is no pooled bootstrap over the seeds' concatenated outputs: it would resample each
+source sentence's outputs from different seeds as independent sentences and give too small
+a p; the seed-level statistics below are the test across seeds.
 
 Baselines: a config whose ``--arch`` is a stock fairseq arch (``transformer``, ``lstm``)
 is a baseline; another config is compared with the baseline of its family (arch name
@@ -30,10 +32,22 @@ test sentences), and the valid loss is read from each run's train.log. Reported:
 min-max over seeds per update count (markdown, JSON ``curves``) and OUT_DIR/curves.png.
 The final update count is always the curve's last point (the final score).
 
+Choosing among configs (``--valid-bleu``): every scored checkpoint is also translated and
+scored on the valid subset (DATA_DIR/raw/valid.TGT, same evaluation), reported as a
+"Valid BLEU" curve with seed-paired differences; choose on it and report test once, so the
+choice is not fitted to the test set.
+
 Finished runs and finished curve points (same settings) are not redone, so an
-interrupted comparison resumes; asking for new curve points of finished runs retrains
-them (same seed, same trajectory: saving and validating do not change training) and
-scores only the missing points.
+interrupted comparison resumes; asking for new curve points (or ``--valid-bleu``) of
+finished runs retrains them (same seed, same trajectory on the same machine: saving and
+validating do not change training), saving at every asked-for point so that the new
+train.log validates wherever the old one did, and scores only the missing points.
+
+Seeds run elsewhere (another machine, an earlier out-dir that is gone): ``--import-runs
+REPORT.json`` takes those seeds' records from an earlier report of the same settings,
+so that e.g. seed 5 is run here and reported with seeds 1-4; the report keeps no
+translations, so imported seeds enter the seed-level statistics and curves but get no
+bootstrap, and the report names what was imported.
 
     fairseq-ctx-quality-compare --updates 2000 --seeds 1 2 3 \\
         --out-dir work/quality --markdown work/quality/table.md
@@ -126,6 +140,27 @@ def parse_curve_updates(text, updates):
 MAX_UPDATE_SCHEDULES = ("cosine", "tri_stage", "reduce_lr_on_plateau")
 
 
+def _last_option(words, option):
+    """The value of the last ``option X`` or ``option=X`` in words (fairseq's last wins)."""
+    value = None
+    for i, w in enumerate(words):
+        if w == option and i + 1 < len(words):
+            value = words[i + 1]
+        elif w.startswith(option + "="):
+            value = w[len(option) + 1:]
+    return value
+
+
+def lr_depends_on_max_update(words):
+    """True when the schedule of these training arguments changes with --max-update:
+    cosine / tri_stage / reduce_lr_on_plateau, and polynomial_decay unless
+    --total-num-update fixes its length (it defaults to --max-update)."""
+    scheduler = _last_option(words, "--lr-scheduler") or "fixed"
+    if scheduler == "polynomial_decay":
+        return _last_option(words, "--total-num-update") is None
+    return scheduler in MAX_UPDATE_SCHEDULES
+
+
 def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0,
           curve_updates=(), restore_file=None):
     """fairseq-train as scripts/demo.sh runs it. With ``curve_updates`` it also saves
@@ -163,13 +198,15 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
     return time.time() - t0
 
 
-def evaluate(data_bin, ckpt, ref, beam, out_dir, src="zh", tgt="en", gen_args=()):
+def evaluate(data_bin, ckpt, ref, beam, out_dir, src="zh", tgt="en", gen_args=(), subset="test"):
     """fairseq-ctx-evaluate with the demo's settings (this compares the demo's configs) and
-    this run's beam; returns ({bleu, signature, sentences}, detokenised hypotheses)."""
+    this run's beam, on ``subset`` (``ref``: its raw references); returns
+    ({bleu, signature, sentences}, detokenised hypotheses)."""
     from fairseq_ctx.evaluation.command import evaluate as run_evaluate
 
     result = run_evaluate(["--paper", "demo", "--data", data_bin, "--path", ckpt, "--src", src, "--tgt", tgt,
-                           "--ref", ref, "--beam", str(beam), "--out-dir", out_dir, "--", *gen_args])
+                           "--subset", subset, "--ref", ref, "--beam", str(beam), "--out-dir", out_dir,
+                           "--", *gen_args])
     res = {"bleu": result["sacrebleu"]["bleu"], "signature": result["sacrebleu"]["signature"],
            "sentences": result["sentences"]}
     with open(os.path.join(out_dir, f"hyp.detok.{tgt}"), encoding="utf-8") as f:
@@ -213,15 +250,11 @@ def compare(results, baselines, refs, tgt="en", n_samples=1000, alpha=0.05):
         if base is None or name not in results or base not in results:
             continue
         seeds = sorted(set(results[name]) & set(results[base]))
-        per_seed = {}
-        for s in seeds:
-            per_seed[s] = paired_bs(results[base][s]["hyps"], results[name][s]["hyps"], refs,
-                                    tgt, n_samples)
-        pooled = None
-        if len(seeds) > 1:
-            pooled = paired_bs(sum((results[base][s]["hyps"] for s in seeds), []),
-                               sum((results[name][s]["hyps"] for s in seeds), []),
-                               refs * len(seeds), tgt, n_samples)
+        # the bootstrap needs both outputs: runs imported from a report have none (None)
+        per_seed = {s: paired_bs(results[base][s]["hyps"], results[name][s]["hyps"], refs, tgt, n_samples)
+                    if "hyps" in results[base][s] and "hyps" in results[name][s] else None
+                    for s in seeds}
+        tested = [p for p in per_seed.values() if p]
         diffs = [results[name][s]["bleu"] - results[base][s]["bleu"] for s in seeds]
         out[name] = {
             "baseline": base, "seeds": seeds,
@@ -230,11 +263,11 @@ def compare(results, baselines, refs, tgt="en", n_samples=1000, alpha=0.05):
             # seeds as the unit: mean difference, 95 % t CI, paired t and exact Wilcoxon
             "seed_level": seed_difference({s: results[name][s]["bleu"] for s in seeds},
                                           {s: results[base][s]["bleu"] for s in seeds}, alpha),
-            "per_seed": per_seed, "pooled": pooled,
-            "significant_better": sum(1 for s in seeds if per_seed[s]["p_value"] < alpha
-                                      and per_seed[s]["system_bleu"] > per_seed[s]["baseline_bleu"]),
-            "significant_worse": sum(1 for s in seeds if per_seed[s]["p_value"] < alpha
-                                     and per_seed[s]["system_bleu"] < per_seed[s]["baseline_bleu"]),
+            "per_seed": per_seed,
+            "significant_better": sum(1 for p in tested if p["p_value"] < alpha
+                                      and p["system_bleu"] > p["baseline_bleu"]),
+            "significant_worse": sum(1 for p in tested if p["p_value"] < alpha
+                                     and p["system_bleu"] < p["baseline_bleu"]),
         }
     return out
 
@@ -268,13 +301,16 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
         "baseline BLEU), paired by seed, with its 95 % t-distribution confidence interval; "
         "p t: paired t-test; p W: exact two-sided Wilcoxon signed-rank test; seeds + / -: "
         "seeds where the system scored higher / lower.",
-        "- p bootstrap: sacreBLEU paired bootstrap (1000 resamples) vs the baseline; per seed, and "
-        "pooled over the seeds' concatenated outputs. It tests test-set sampling for fixed "
-        "outputs, not seed-to-seed variance.",
+        "- p bootstrap: sacreBLEU paired bootstrap (1000 resamples) vs the baseline, per seed. It "
+        "tests test-set sampling for fixed outputs, not seed-to-seed variance.",
+        *(f"- imported from `{src}` (same settings, trained elsewhere or earlier): "
+          + "; ".join(f"{n} seeds {', '.join(map(str, ss))}" for n, ss in sorted(runs.items()))
+          + ". A report keeps no translations, so these seeds have no bootstrap (-)."
+          for src, runs in sorted((meta.get("imported") or {}).items())),
         "",
         "| config | baseline | BLEU per seed | mean | std | Δ mean vs baseline [95% CI] | p t | p W "
-        "| seeds + / - | p bootstrap per seed | p pooled | sig. better / worse (bootstrap p<0.05) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| seeds + / - | p bootstrap per seed | sig. better / worse (bootstrap p<0.05) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     small_n = set()
     for name in sorted(summary):
@@ -290,8 +326,7 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
             _f(st.get("p_t"), 3) if c else "",
             _p_wilcoxon(st) if c else "",
             f"{st['better']} / {st['worse']}" if c and st else "",
-            " / ".join(_f(c["per_seed"][k]["p_value"], 3) for k in c["seeds"]) if c else "",
-            _f(c["pooled"]["p_value"], 3) if c and c["pooled"] else "",
+            " / ".join(_f((c["per_seed"][k] or {}).get("p_value"), 3) for k in c["seeds"]) if c else "",
             f"{c['significant_better']} / {c['significant_worse']}" if c else "",
         ]) + " |")
     for n, min_p in sorted(small_n):
@@ -318,11 +353,15 @@ def curve_markdown(curves, curve_comparisons, baselines, meta, curve_png=None):
              f"Mean over seeds (min-max) at each update count. BLEU: the same evaluation as the "
              f"final score (all {meta['test_sentences']} test sentences, beam {meta['beam']}); "
              "valid loss: fairseq's label-smoothed loss on the valid subset (base 2), read from "
-             "each run's train.log. Δ rows: seed-paired mean difference system - baseline "
+             "each run's train.log; valid BLEU (where scored, --valid-bleu): the same evaluation on "
+             "the valid subset, the one to choose among configs on (then report test once). "
+             "Δ rows: seed-paired mean difference system - baseline "
              "[95% t CI]." + (f" Plot: `{curve_png}`." if curve_png else "")
              + (f" Training for the curve: {meta['curve_training']}." if meta.get("curve_training") else "")]
+    valid_bleu_updates = sorted({u for c in curves.values() for u in (c.get("valid_bleu") or {}).get("updates", [])})
     for metric, title, ups, nd in (("bleu", "BLEU", bleu_updates, 2),
-                                   ("valid_loss", "Valid loss", valid_updates, 3)):
+                                   ("valid_loss", "Valid loss", valid_updates, 3),
+                                   ("valid_bleu", "Valid BLEU", valid_bleu_updates, 2)):
         if metric == "valid_loss" and len(bleu_updates) > 1:
             # the JSON and the plot have every validation; the table the BLEU points
             ups = [u for u in ups if u in bleu_updates] or ups
@@ -367,6 +406,22 @@ def _software():
             "sacrebleu": sacrebleu.__version__, "python": sys.version.split()[0]}
 
 
+def _run_provenance(threads):
+    """Where and with what one training ran (written when it starts; a resumed training
+    records where it was resumed): CPU floating-point order differs between machines and
+    thread counts, so runs are comparable bit for bit only with equal values here."""
+    import platform
+
+    cpu = platform.processor() or None
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"host": platform.node(), "cpu": cpu, "threads": threads, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            **_software()}
+
+
 def _read_json(path):
     try:
         with open(path) as f:
@@ -385,8 +440,12 @@ def _resumed_at_update(log_path):
     return int(found[-1]) if found else None
 
 
-def _point_path(run_dir, u):
-    return os.path.join(run_dir, "curve", f"upd{u}", "result.json")
+# scores of the checkpoint at U updates: test in RUN/curve/updU, valid in RUN/valid/updU
+POINT_DIRS = {"test": "curve", "valid": "valid"}
+
+
+def _point_path(run_dir, u, subset="test"):
+    return os.path.join(run_dir, POINT_DIRS[subset], f"upd{u}", "result.json")
 
 
 def _checkpoints_by_update(save_dir):
@@ -395,18 +454,19 @@ def _checkpoints_by_update(save_dir):
     return checkpoints_by_update(save_dir)
 
 
-def _done_points(run_dir, settings):
-    """Curve points of this run already scored with these settings: {updates: record}."""
+def _done_points(run_dir, settings, subset="test"):
+    """Points of this run already scored on ``subset`` with these settings: {updates: record}."""
     out = {}
-    for path in glob.glob(os.path.join(run_dir, "curve", "upd*", "result.json")):
+    for path in glob.glob(os.path.join(run_dir, POINT_DIRS[subset], "upd*", "result.json")):
         rec = _read_json(path)
         if rec and rec.get("settings") == settings:
             out[int(rec["updates"])] = rec
     return out
 
 
-def _with_curves(rec, points, run_dir, updates):
-    """The run's record for the report: final result + BLEU and valid loss by update count."""
+def _with_curves(rec, points, run_dir, updates, valid_points=None):
+    """The run's record for the report: final result + test BLEU, valid loss and (where
+    scored) valid BLEU by update count."""
     from fairseq_ctx.analysis.learning_curves import parse_valid_log_file
 
     rec = dict(rec)
@@ -416,12 +476,35 @@ def _with_curves(rec, points, run_dir, updates):
                              "eval_seconds": rec.get("eval_seconds")}
     rec["valid"] = {u: v for u, v in parse_valid_log_file(os.path.join(run_dir, "train.log")).items()
                     if u <= updates}
+    if valid_points:
+        rec["valid_bleu"] = {u: {"bleu": p["bleu"], "checkpoint": p.get("checkpoint"),
+                                 "eval_seconds": p.get("eval_seconds")} for u, p in sorted(valid_points.items())}
+    return rec
+
+
+class ImportedRunMismatch(ValueError):
+    """An --import-runs record that does not fit this comparison."""
+
+
+def _imported_run(rec, source, name, seed, settings, score_updates, valid_bleu):
+    """A run record of an earlier report, checked against this comparison's settings."""
+    if rec.get("settings") != settings:
+        raise ImportedRunMismatch(f"{source}: {name} seed {seed} was run with other settings than this comparison's:\n"
+                         f"  there: {rec.get('settings')}\n  here:  {settings}")
+    rec = {k: ({int(u): point for u, point in v.items()} if k in ("curve", "valid", "valid_bleu") else v)
+           for k, v in rec.items() if k != "hyps"}
+    lacking = [f"test BLEU at {u}" for u in score_updates if u not in rec.get("curve", {})]
+    lacking += [f"valid BLEU at {u}" for u in score_updates if valid_bleu and u not in rec.get("valid_bleu", {})]
+    if lacking:
+        raise ImportedRunMismatch(f"{source}: {name} seed {seed} has no {', '.join(lacking)} updates: run it here "
+                         "(drop the file or these seeds) or ask for the points it has")
+    rec["imported_from"] = source
     return rec
 
 
 def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam=5,
         threads=0, gen_args=(), train_fn=train, eval_fn=evaluate, log=print, jobs=1,
-        curve_updates=(), keep_checkpoints=False):
+        curve_updates=(), keep_checkpoints=False, valid_ref=None, imported=None):
     """Train + evaluate every (config, seed) not done already; returns results.
 
     Runs go seed by seed (every config's seed 1 before any seed 2), ``jobs`` at a time,
@@ -431,10 +514,22 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     each finished point is kept in RUN/curve/updU/result.json and never recomputed.
     Checkpoints stay in RUN/checkpoints until every asked-for score of the run is written
     (so a run interrupted while scoring resumes without retraining), then are deleted
-    unless ``keep_checkpoints``. Each result is
-    {"bleu", "hyps", ..., "curve": {updates: {"bleu", ...}}, "valid": {updates: {"loss", ...}}},
+    unless ``keep_checkpoints``.
+
+    ``valid_ref``: raw references of the valid subset; where given, every scored checkpoint
+    (each curve point and the final one) is also translated and scored on the valid
+    subset with the same settings (RUN/valid/updU/result.json), so that a choice among
+    configs can be made on valid and reported on test once. Valid scores already written
+    are reported whether or not it is given. Each result is
+    {"bleu", "hyps", ..., "curve": {updates: {"bleu", ...}}, "valid": {updates: {"loss", ...}},
+    "valid_bleu": {updates: {"bleu", ...}} (where scored)},
     with "resumed_at_update": N where the training was interrupted and fairseq resumed it
     from its checkpoint at update N (its "train_seconds" then count only the part after N).
+
+    ``imported``: {config: {seed: (record, source)}}, runs of an earlier report
+    (``--import-runs``) used where OUT_DIR has no finished run; each must have exactly
+    this run's settings and every asked-for score, else ImportedRunMismatch before any training.
+    They have no "hyps" and carry "imported_from": source.
     """
     curve_updates = sorted({int(u) for u in curve_updates if int(u) < updates})
     settings_common = f"updates={updates} beam={beam} common={' '.join(common)} gen={' '.join(gen_args)}"
@@ -447,25 +542,38 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             prev = _read_json(os.path.join(run_dir, "result.json"))
             final = prev if prev and prev.get("settings") == settings else None
             points = _done_points(run_dir, settings)
+            valid_points = _done_points(run_dir, settings, "valid")
             missing = [u for u in curve_updates if u not in points]
-            if final is not None and not missing:
-                results[name][seed] = _with_curves(final, points, run_dir, updates)
+            missing_valid = [u for u in curve_updates + [updates] if u not in valid_points] if valid_ref else []
+            if final is not None and not missing and not missing_valid:
+                results[name][seed] = _with_curves(final, points, run_dir, updates, valid_points)
                 log(f"[quality] {name} seed {seed}: done already (BLEU {final['bleu']})")
                 continue
-            todo.append((name, seed, run_dir, settings, final, points, missing))
+            if final is None and seed in (imported or {}).get(name, {}):
+                results[name][seed] = _imported_run(*imported[name][seed], name, seed, settings,
+                                                    curve_updates + [updates], bool(valid_ref))
+                log(f"[quality] {name} seed {seed}: imported from {imported[name][seed][1]} "
+                    f"(BLEU {results[name][seed]['bleu']})")
+                continue
+            todo.append((name, seed, run_dir, settings, final, points, missing, valid_points, missing_valid))
 
-    def one_run(name, seed, run_dir, settings, final, points, missing):
+    def one_run(name, seed, run_dir, settings, final, points, missing, valid_points, missing_valid):
         os.makedirs(run_dir, exist_ok=True)
         ckpt_dir = os.path.join(run_dir, "checkpoints")
         last = os.path.join(ckpt_dir, "checkpoint_last.pt")
         log_path = os.path.join(run_dir, "train.log")
         trained = _read_json(os.path.join(ckpt_dir, "trained.json"))
+        # the intermediate checkpoints still to score, on test or valid
+        needed = sorted(set(missing) | {u for u in missing_valid if u < updates})
         if (trained and trained.get("settings") == settings and os.path.exists(last)
-                and set(missing) <= set(trained.get("curve_updates", []))):
+                and set(needed) <= set(trained.get("curve_updates", []))):
             train_s, resumed_at = trained.get("train_seconds", 0.0), trained.get("resumed_at_update")
+            trained_with = trained.get("trained_with")
             log(f"[quality] {name} seed {seed}: trained already, scoring its checkpoints")
         else:
-            key = {"settings": settings, "curve_updates": missing}
+            # saving at every asked-for point (not only the missing ones): the new train.log then
+            # validates at least where the one it replaces did
+            key = {"settings": settings, "curve_updates": curve_updates}
             resumed = _read_json(os.path.join(ckpt_dir, "started.json")) == key and os.path.exists(last)
             if resumed:
                 # an interrupted training of exactly this: fairseq resumes from checkpoint_last.pt
@@ -477,46 +585,52 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                     os.remove(log_path)
                 _write_json(os.path.join(ckpt_dir, "started.json"), key)
             log(f"[quality] {name} seed {seed}: training {updates} updates"
-                + (f", checkpoints at {', '.join(map(str, missing))}" if missing else "")
+                + (f", checkpoints at {', '.join(map(str, curve_updates))}" if curve_updates else "")
                 + f" ({time.strftime('%H:%M:%S')})")
-            kwargs = {"curve_updates": missing} if missing else {}
+            kwargs = {"curve_updates": curve_updates} if curve_updates else {}
+            trained_with = _run_provenance(threads)
             train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
                                threads, **kwargs)
             resumed_at = _resumed_at_update(log_path) if resumed else None
             _write_json(os.path.join(ckpt_dir, "trained.json"),
-                        {"settings": settings, "curve_updates": missing, "train_seconds": round(train_s, 1),
-                         "resumed_at_update": resumed_at})
+                        {"settings": settings, "curve_updates": curve_updates, "train_seconds": round(train_s, 1),
+                         "resumed_at_update": resumed_at, "trained_with": trained_with})
         if final is None:
             t0 = time.time()
             res, hyps = eval_fn(data_bin, last, ref, beam, os.path.join(run_dir, "eval"), gen_args=gen_args)
             final = {"settings": settings, "bleu": res["bleu"], "signature": res.get("signature"),
                      "sentences": res.get("sentences"), "train_seconds": round(train_s, 1),
-                     "eval_seconds": round(time.time() - t0, 1), "hyps": hyps}
+                     "eval_seconds": round(time.time() - t0, 1), "trained_with": trained_with, "hyps": hyps}
             if resumed_at is not None:
                 # train_seconds then counts only the part after the interruption
                 final["resumed_at_update"] = resumed_at
             _write_json(os.path.join(run_dir, "result.json"), final)
             log(f"[quality] {name} seed {seed}: BLEU {res['bleu']} "
                 f"(train {train_s:.0f}s, eval {final['eval_seconds']:.0f}s)")
-        for u in missing:
-            ckpt = _checkpoints_by_update(ckpt_dir).get(u)
+        for u in sorted(set(missing) | set(missing_valid)):
             side = None
+            ckpt = last if u == updates else _checkpoints_by_update(ckpt_dir).get(u)
             if ckpt is None:
                 ckpt, side = recover_checkpoint(name, seed, u, ckpt_dir, run_dir)
-            t0 = time.time()
-            point_dir = os.path.dirname(_point_path(run_dir, u))
-            res, hyps = eval_fn(data_bin, ckpt, ref, beam, os.path.join(point_dir, "eval"), gen_args=gen_args)
-            points[u] = {"settings": settings, "updates": u, "bleu": res["bleu"],
-                         "signature": res.get("signature"), "sentences": res.get("sentences"),
-                         "checkpoint": os.path.relpath(ckpt, ckpt_dir),
-                         "eval_seconds": round(time.time() - t0, 1), "hyps": hyps}
-            _write_json(_point_path(run_dir, u), points[u])
+            for subset, ref_u, scored in (("test", ref, points), ("valid", valid_ref, valid_points)):
+                if u not in (missing if subset == "test" else missing_valid):
+                    continue
+                t0 = time.time()
+                point_dir = os.path.dirname(_point_path(run_dir, u, subset))
+                kwargs = {"subset": subset} if subset != "test" else {}
+                res, hyps = eval_fn(data_bin, ckpt, ref_u, beam, os.path.join(point_dir, "eval"),
+                                    gen_args=gen_args, **kwargs)
+                scored[u] = {"settings": settings, "updates": u, "subset": subset, "bleu": res["bleu"],
+                             "signature": res.get("signature"), "sentences": res.get("sentences"),
+                             "checkpoint": os.path.relpath(ckpt, ckpt_dir),
+                             "eval_seconds": round(time.time() - t0, 1), "hyps": hyps}
+                _write_json(_point_path(run_dir, u, subset), scored[u])
+                log(f"[quality] {name} seed {seed}: {subset} BLEU {res['bleu']} at {u} updates")
             if side and not keep_checkpoints:
                 shutil.rmtree(side, ignore_errors=True)
-            log(f"[quality] {name} seed {seed}: BLEU {res['bleu']} at {u} updates")
         if not keep_checkpoints:  # checkpoints are large and not needed once scored
             shutil.rmtree(ckpt_dir, ignore_errors=True)
-        return name, seed, _with_curves(final, points, run_dir, updates)
+        return name, seed, _with_curves(final, points, run_dir, updates, valid_points)
 
     def recover_checkpoint(name, seed, u, ckpt_dir, run_dir):
         """fairseq names a save that ends an epoch checkpointE.pt (which --no-epoch-checkpoints
@@ -525,9 +639,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         machine: fairseq restores optimizer, schedule, data order and per-update seeds) in
         a side directory."""
         words = [*common, *configs[name]]
-        scheduler = words[len(words) - 1 - words[::-1].index("--lr-scheduler") + 1] \
-            if "--lr-scheduler" in words else "fixed"
-        if scheduler in MAX_UPDATE_SCHEDULES:
+        if lr_depends_on_max_update(words):
+            scheduler = _last_option(words, "--lr-scheduler")
             # training to U with --max-update U would follow another learning-rate curve
             raise RuntimeError(f"{name} seed {seed}: no checkpoint at {u} updates (an epoch ended there) and "
                                f"--lr-scheduler {scheduler} depends on --max-update, so it cannot be recovered "
@@ -562,28 +675,30 @@ def learning_curves(results, baselines, seeds):
     differences at each update count. Returns (curves, curve_comparisons)."""
     from fairseq_ctx.analysis.seed_statistics import curve_summary, seed_difference
 
+    # metric: (the run record's key, the value's field); valid BLEU only where scored
+    metrics = {"bleu": ("curve", "bleu"), "valid_loss": ("valid", "loss"), "valid_bleu": ("valid_bleu", "bleu")}
     curves = {}
     for name, runs in results.items():
         have = [s for s in seeds if s in runs]
         if not have:
             continue
-        curves[name] = {
-            "bleu": curve_summary({s: {u: p["bleu"] for u, p in runs[s].get("curve", {}).items()} for s in have}),
-            "valid_loss": curve_summary({s: {u: v["loss"] for u, v in runs[s].get("valid", {}).items()}
-                                         for s in have}),
-        }
+        curves[name] = {metric: curve_summary({s: {u: p[field] for u, p in runs[s].get(key, {}).items()}
+                                               for s in have})
+                        for metric, (key, field) in metrics.items()
+                        if metric != "valid_bleu" or any(runs[s].get(key) for s in have)}
     comparisons = {}
     for name, base in baselines.items():
         if not base or name not in curves or base not in curves:
             continue
         comparisons[name] = {"baseline": base}
-        for metric, key in (("bleu", "curve"), ("valid_loss", "valid")):
+        for metric, (key, field) in metrics.items():
+            if metric not in curves[name] or metric not in curves[base]:
+                continue
             ups = sorted(set(curves[name][metric]["updates"]) & set(curves[base][metric]["updates"]))
-            field = "bleu" if metric == "bleu" else "loss"
             comparisons[name][metric] = {
                 u: seed_difference({s: r[key][u][field] for s, r in results[name].items() if s in seeds},
                                    {s: r[key][u][field] for s, r in results[base].items() if s in seeds},
-                                   higher_is_better=metric == "bleu")
+                                   higher_is_better=metric != "valid_loss")
                 for u in ups}
     return curves, comparisons
 
@@ -611,9 +726,17 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
                    help="learning curve: also score the checkpoints at these update counts "
                         "(saved every gcd(list) updates; validation on at the same interval); "
                         "the final --updates is always the last point")
+    p.add_argument("--valid-bleu", action="store_true",
+                   help="also translate and score every scored checkpoint on the valid subset "
+                        "(DATA_DIR/raw/valid.TGT): choose among configs on valid BLEU, report test")
     p.add_argument("--curve-png", default=None, help="learning-curve plot (default OUT_DIR/curves.png)")
     p.add_argument("--keep-checkpoints", action="store_true",
                    help="keep each run's checkpoints after scoring (default: deleted)")
+    p.add_argument("--import-runs", action="append", default=[], metavar="QUALITY_JSON",
+                   help="use the runs of an earlier report (its quality.json: same settings, e.g. seeds "
+                        "trained on another machine) for the asked-for seeds OUT_DIR has not run; "
+                        "their translations are not kept, so they get seed-level statistics and "
+                        "curves but no bootstrap")
     p.add_argument("--out-dir", default="work/quality")
     p.add_argument("--json", default=None, help="default OUT_DIR/quality.json")
     p.add_argument("--markdown", default=None, help="default OUT_DIR/quality.md")
@@ -651,6 +774,25 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
         subprocess.run(cmd, check=True, env=script_env())
     with open(ref, encoding="utf-8") as f:
         refs = [line.rstrip("\n") for line in f]
+    valid_ref = os.path.join(a.data_dir, "raw", f"valid.{a.tgt}") if a.valid_bleu else None
+    if valid_ref and not os.path.exists(valid_ref):
+        p.error(f"--valid-bleu: no raw valid references at {valid_ref}")
+
+    imported = {}
+    for path in a.import_runs:
+        try:
+            with open(path) as f:
+                report_runs = json.load(f)["runs"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            p.error(f"--import-runs {path}: not a quality_compare report ({error})")
+        for name in configs:
+            for seed in a.seeds:
+                rec = (report_runs.get(name) or {}).get(str(seed))
+                if rec is None:
+                    continue
+                if seed in imported.get(name, {}):
+                    p.error(f"--import-runs: {name} seed {seed} is in both {imported[name][seed][1]} and {path}")
+                imported.setdefault(name, {})[seed] = (rec, path)
 
     if curve_updates:
         g = curve_interval(curve_updates)
@@ -661,30 +803,43 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(a.threads)
     os.makedirs(a.out_dir, exist_ok=True)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    results = run(configs, baselines, a.seeds, a.updates, common, data_bin, ref, a.out_dir,
-                  a.beam, a.threads, a.gen_args, train_fn=train_fn, eval_fn=eval_fn, log=log,
-                  jobs=a.jobs, curve_updates=curve_updates, keep_checkpoints=a.keep_checkpoints)
+    try:
+        results = run(configs, baselines, a.seeds, a.updates, common, data_bin, ref, a.out_dir,
+                      a.beam, a.threads, a.gen_args, train_fn=train_fn, eval_fn=eval_fn, log=log,
+                      jobs=a.jobs, curve_updates=curve_updates, keep_checkpoints=a.keep_checkpoints,
+                      valid_ref=valid_ref, imported=imported)
+    except ImportedRunMismatch as error:  # found before any training
+        p.error(f"--import-runs: {error}")
+    used = {}
+    for n in results:
+        for s, r in sorted(results[n].items()):
+            if r.get("imported_from"):
+                used.setdefault(r["imported_from"], {}).setdefault(n, []).append(s)
     summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
     comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
     curves, curve_comparisons = learning_curves(results, baselines, a.seeds)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "updates": a.updates, "seeds": a.seeds,
-            "beam": a.beam, "data": a.data_dir, "test_sentences": len(refs),
+            "beam": a.beam, "data": a.data_dir, "test_sentences": len(refs), "valid_bleu": a.valid_bleu,
             "common": " ".join(common), "curve_updates": curve_updates + [a.updates],
             "curve_training": (f"as common, without --disable-validation, plus --save-interval-updates "
                                f"{curve_interval(curve_updates)} --keep-interval-updates -1 "
                                f"--validate-interval-updates {curve_interval(curve_updates)}")
             if curve_updates else None,
-            "command": " ".join(shlex.quote(x) for x in sys.argv), **_software()}
+            "imported": used or None, "command": " ".join(shlex.quote(x) for x in sys.argv), **_software()}
     # a plot only when there is a curve: intermediate BLEU points or logged validations
-    has_curve = any(len(c["bleu"]["updates"]) > 1 or c["valid_loss"]["updates"] for c in curves.values())
+    has_curve = any(len(c["bleu"]["updates"]) > 1 or c["valid_loss"]["updates"] or c.get("valid_bleu")
+                    for c in curves.values())
     png = None
     if has_curve:
         from fairseq_ctx.analysis.learning_curves import plot_learning_curves
 
         png = a.curve_png or os.path.join(a.out_dir, "curves.png")
         pairs = [(n, b) for n, b in sorted(baselines.items()) if b] or [(n, None) for n in sorted(configs)]
-        plot_learning_curves(curves, pairs, png, title=f"mean over seeds {', '.join(map(str, a.seeds))}, "
-                                                        "band: min-max")
+        metrics = [("valid_loss", "valid loss"), ("bleu", "test BLEU")]
+        if any(c.get("valid_bleu") for c in curves.values()):
+            metrics.append(("valid_bleu", "valid BLEU"))
+        plot_learning_curves(curves, pairs, png, metrics=metrics,
+                             title=f"mean over seeds {', '.join(map(str, a.seeds))}, band: min-max")
     md_path = a.markdown or os.path.join(a.out_dir, "quality.md")
     png_in_md = os.path.relpath(png, os.path.dirname(os.path.abspath(md_path))) if png else None
     md = markdown(summary, comparisons, baselines, meta, curves if has_curve else None,

@@ -99,7 +99,7 @@ def test_run_resume_stats_and_paired_bootstrap(qc, tmp_path, jobs):
     good = comp["01-good"]
     assert good["baseline"] == "00-transformer" and good["seeds"] == [1, 2]
     assert all(good["per_seed"][s]["p_value"] < 0.05 for s in (1, 2))
-    assert good["pooled"]["p_value"] < 0.05 and good["significant_better"] == 2
+    assert "pooled" not in good and good["significant_better"] == 2
     assert good["significant_worse"] == 0 and good["mean_diff"] > 10
     # per-seed BLEU from the bootstrap equals the corpus BLEU of the run
     assert abs(good["per_seed"][1]["system_bleu"] - res["01-good"][1]["bleu"]) < 0.01

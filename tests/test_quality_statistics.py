@@ -18,6 +18,7 @@ import math
 import os
 import random
 import re
+import shutil
 import types
 
 import pytest
@@ -335,9 +336,9 @@ class Fakes:
     """fairseq-train / fairseq-ctx-evaluate stand-ins that behave like them where the
     driver cares: checkpoint names, epoch ends, validation lines, resume."""
 
-    def __init__(self, configs, refs):
-        self.configs, self.refs = configs, refs
-        self.train_calls, self.eval_calls = [], []
+    def __init__(self, configs, refs, valid_refs=None):
+        self.configs, self.refs, self.valid_refs = configs, refs, valid_refs
+        self.train_calls, self.eval_calls, self.valid_calls = [], [], []
         self.fail_eval_at = None
         self.allow_resume = False
 
@@ -373,7 +374,7 @@ class Fakes:
             f.write("".join(line + "\n" for line in lines))
         return 0.1
 
-    def evaluate(self, data_bin, ckpt, ref, beam, out_dir, gen_args=()):
+    def evaluate(self, data_bin, ckpt, ref, beam, out_dir, gen_args=(), subset="test"):
         parts = ckpt.split(os.sep)
         i = parts.index("runs")
         name, seed = parts[i + 1], int(parts[i + 2][len("seed"):])
@@ -384,16 +385,19 @@ class Fakes:
         else:  # checkpoint_last.pt: of the run, or of a to{U} side training
             with open(ckpt) as f:
                 u = int(f.read())
-        self.eval_calls.append((name, seed, u))
+        assert os.path.basename(ref) == f"{subset}.en"  # the subset's own references
+        (self.eval_calls if subset == "test" else self.valid_calls).append((name, seed, u))
         if self.fail_eval_at == u:
             raise RuntimeError("killed while scoring")
         arch = self.configs[name][1]
-        rng = random.Random(seed * 1000 + u)
-        keep = ARCH_QUALITY[arch] * (0.5 + u / UPDATES)
-        hyps = [r if rng.random() < keep else "zz yy xx" for r in self.refs]
+        refs = self.refs if subset == "test" else self.valid_refs
+        # valid: another draw, and a smaller gap between the archs than on test
+        rng = random.Random(seed * 1000 + u + (0 if subset == "test" else 7))
+        keep = (ARCH_QUALITY[arch] if subset == "test" else 0.4 + ARCH_QUALITY[arch] / 5) * (0.5 + u / UPDATES)
+        hyps = [r if rng.random() < keep else "zz yy xx" for r in refs]
         from sacrebleu.metrics import BLEU
 
-        return {"bleu": round(BLEU().corpus_score(hyps, [self.refs]).score, 2), "sentences": len(self.refs)}, hyps
+        return {"bleu": round(BLEU().corpus_score(hyps, [refs]).score, 2), "sentences": len(refs)}, hyps
 
 
 @pytest.fixture
@@ -406,13 +410,14 @@ def study(tmp_path):
     data = tmp_path / "data"
     (data / "bin").mkdir(parents=True)
     (data / "raw").mkdir()
-    refs = _refs()
+    refs, valid_refs = _refs(), _refs(60, seed=1)
     (data / "raw" / "test.en").write_text("".join(r + "\n" for r in refs))
+    (data / "raw" / "valid.en").write_text("".join(r + "\n" for r in valid_refs))
     configs = {"00-transformer": ["--arch", "transformer"], "01-good": ["--arch", "transformer_x"]}
     out = tmp_path / "out"
     argv = ["--data-dir", str(data), "--config-dir", str(cfg), "--seeds", "1", "2", "3",
             "--updates", str(UPDATES), "--out-dir", str(out), "--n-samples", "100"]
-    return types.SimpleNamespace(fakes=Fakes(configs, refs), argv=argv, out=out)
+    return types.SimpleNamespace(fakes=Fakes(configs, refs, valid_refs), argv=argv, out=out, data=data)
 
 
 def _main(qc, study, *extra):
@@ -480,12 +485,138 @@ def test_end_to_end_seed_statistics_and_curves(qc, study):
     q3 = _main(qc, study)
     assert (len(fk.train_calls), len(fk.eval_calls)) == (n_train, n_eval)
     assert q3["curves"]["01-good"]["bleu"]["updates"] == [20, 40, 50, UPDATES]
-    # a new point: each run retrained once (saving every 30 updates), only 30 scored
-    _main(qc, study, "--curve-updates", "20,30,40,50")
+    # a new point: each run retrained once, saving at every asked-for point (so its new
+    # train.log validates wherever the old one did), only 30 scored
+    q4 = _main(qc, study, "--curve-updates", "20,30,40,50")
     new_train = fk.train_calls[n_train:]
-    assert len(new_train) == 6 and all(c["curve"] == (30,) and c["restore"] is None for c in new_train)
+    assert len(new_train) == 6 and all(c["curve"] == (20, 30, 40, 50) and c["restore"] is None
+                                       for c in new_train)
+    assert q4["curves"]["01-good"]["valid_loss"]["updates"] == [10, 20, 25, 30, 40, 50, 60]
     assert sorted(fk.eval_calls[n_eval:]) == sorted((n, s, 30) for n in ("00-transformer", "01-good")
                                                     for s in (1, 2, 3))
+
+
+def test_valid_bleu_scores_every_checkpoint_on_valid_for_choosing_among_configs(qc, study):
+    from sacrebleu.metrics import BLEU
+
+    fk = study.fakes
+    _main(qc, study, "--curve-updates", "20,40", "--valid-bleu")
+    q = json.loads((study.out / "quality.json").read_text())
+    # one training per run; each of its checkpoints (20, 40, final) scored on test and on valid
+    assert len(fk.train_calls) == 6 and all(c["curve"] == (20, 40) for c in fk.train_calls)
+    runs = [(n, s) for n in ("00-transformer", "01-good") for s in (1, 2, 3)]
+    assert sorted(fk.eval_calls) == sorted((n, s, u) for n, s in runs for u in (20, 40, UPDATES))
+    assert sorted(fk.valid_calls) == sorted(fk.eval_calls)
+    run_dir = study.out / "runs" / "01-good" / "seed2"
+    point = json.loads((run_dir / "valid" / "upd40" / "result.json").read_text())
+    assert point["subset"] == "valid" and point["sentences"] == len(fk.valid_refs)
+    assert point["bleu"] == pytest.approx(BLEU().corpus_score(point["hyps"], [fk.valid_refs]).score, abs=0.01)
+    assert q["runs"]["01-good"]["2"]["valid_bleu"]["40"]["bleu"] == point["bleu"]
+    assert q["runs"]["01-good"]["2"]["curve"]["40"]["bleu"] != point["bleu"]  # test and valid kept apart
+
+    vb = q["curves"]["01-good"]["valid_bleu"]
+    assert vb["updates"] == [20, 40, UPDATES] and vb["n"] == 3
+    per_seed = {s: q["runs"]["01-good"][str(s)]["valid_bleu"][str(UPDATES)]["bleu"] for s in (1, 2, 3)}
+    assert vb["mean"][-1] == pytest.approx(sum(per_seed.values()) / 3)
+    diff = q["curve_comparisons"]["01-good"]["valid_bleu"][str(UPDATES)]
+    base = {s: q["runs"]["00-transformer"][str(s)]["valid_bleu"][str(UPDATES)]["bleu"] for s in (1, 2, 3)}
+    assert diff["diffs"] == pytest.approx([per_seed[s] - base[s] for s in (1, 2, 3)])
+    assert diff["better"] == sum(per_seed[s] > base[s] for s in (1, 2, 3)) > 0  # higher BLEU is better
+    assert q["meta"]["valid_bleu"] is True
+    md = (study.out / "quality.md").read_text()
+    assert "### Valid BLEU" in md and md.count("| Δ 01-good | 00-transformer |") == 3
+
+    # reported without the option, nothing rescored or retrained
+    n = (len(fk.train_calls), len(fk.eval_calls), len(fk.valid_calls))
+    _main(qc, study, "--curve-updates", "20,40")
+    assert (len(fk.train_calls), len(fk.eval_calls), len(fk.valid_calls)) == n
+    assert json.loads((study.out / "quality.json").read_text())["curves"]["01-good"]["valid_bleu"] == vb
+
+
+def test_valid_bleu_added_to_a_finished_study_retrains_once_and_scores_only_valid(qc, study):
+    fk = study.fakes
+    _main(qc, study, "--curve-updates", "20", "--seeds", "1", "--configs", "00-*")
+    assert not (study.out / "runs" / "00-transformer" / "seed1" / "checkpoints").exists()
+    n_eval = len(fk.eval_calls)
+    q = _main(qc, study, "--curve-updates", "20", "--seeds", "1", "--configs", "00-*", "--valid-bleu")
+    # the checkpoints were deleted once scored: trained again, with its checkpoint at 20
+    assert len(fk.train_calls) == 2 and fk.train_calls[1]["curve"] == (20,)
+    assert len(fk.eval_calls) == n_eval and sorted(fk.valid_calls) == [("00-transformer", 1, 20),
+                                                                       ("00-transformer", 1, UPDATES)]
+    assert q["curves"]["00-transformer"]["valid_bleu"]["updates"] == [20, UPDATES]
+
+
+def test_valid_bleu_without_valid_references_fails_before_training(qc, study, capsys):
+    (study.data / "raw" / "valid.en").unlink()
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study, "--valid-bleu")
+    assert e.value.code == 2 and "no raw valid references" in capsys.readouterr().err
+    assert not study.fakes.train_calls
+
+
+def _earlier_report(qc, study, tmp_path, name, *args):
+    """Run a study, keep only its report (the out-dir is gone, as on another machine)."""
+    q = _main(qc, study, *args)
+    report = tmp_path / name
+    os.replace(study.out / "quality.json", report)
+    shutil.rmtree(study.out)
+    return q, report
+
+
+def test_seeds_imported_from_an_earlier_report_are_not_rerun_and_enter_the_seed_statistics(qc, study, tmp_path):
+    fk = study.fakes
+    first, report = _earlier_report(qc, study, tmp_path, "seeds12.json", "--curve-updates", "20,40", "--seeds", "1", "2")
+    n_train, n_eval = len(fk.train_calls), len(fk.eval_calls)
+    q = _main(qc, study, "--curve-updates", "20,40", "--import-runs", str(report))  # seeds 1 2 3
+    assert sorted((c["arch"], c["seed"]) for c in fk.train_calls[n_train:]) == [("transformer", 3), ("transformer_x", 3)]
+    assert {s for _, s, _ in fk.eval_calls[n_eval:]} == {3}
+    c = q["comparisons"]["01-good"]
+    assert c["seeds"] == [1, 2, 3]
+    # no translations in a report: no bootstrap for the imported seeds, only for seed 3
+    assert c["per_seed"][1] is None and c["per_seed"][2] is None and 0 <= c["per_seed"][3]["p_value"] <= 1
+    bleu = {n: [first["runs"][n]["1"]["bleu"], first["runs"][n]["2"]["bleu"], q["runs"][n]["3"]["bleu"]]
+            for n in ("00-transformer", "01-good")}
+    diffs = [a - b for a, b in zip(bleu["01-good"], bleu["00-transformer"])]
+    assert c["seed_level"]["n"] == 3 and c["seed_level"]["diffs"] == pytest.approx(diffs)
+    assert q["summary"]["00-transformer"]["bleu"] == bleu["00-transformer"]
+    for metric, ups in (("bleu", [20, 40, UPDATES]), ("valid_loss", [20, 25, 40, 50, 60])):
+        assert q["curves"]["01-good"][metric]["n"] == 3 and q["curves"]["01-good"][metric]["updates"] == ups
+    assert q["curves"]["01-good"]["bleu"]["per_seed"]["1"] == {str(u): p["bleu"] for u, p in
+                                                               first["runs"]["01-good"]["1"]["curve"].items()}
+    assert q["runs"]["01-good"]["1"]["imported_from"] == str(report) and "imported_from" not in q["runs"]["01-good"]["3"]
+    assert q["meta"]["imported"] == {str(report): {"00-transformer": [1, 2], "01-good": [1, 2]}}
+    md = (study.out / "quality.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| 01-good | 00-transformer |"))
+    assert f"| - / - / {c['per_seed'][3]['p_value']:.3f} |" in row
+    assert f"imported from `{report}`" in md and "01-good seeds 1, 2" in md
+
+    # the combined report imports whole: nothing trained, the same statistics
+    n_train = len(fk.train_calls)
+    _, combined = _earlier_report(qc, study, tmp_path, "seeds123.json", "--curve-updates", "20,40",
+                                  "--import-runs", str(report))
+    assert len(fk.train_calls) == n_train  # seed 3 done in the out-dir, 1 and 2 imported
+    q2 = _main(qc, study, "--curve-updates", "20,40", "--import-runs", str(combined))
+    assert len(fk.train_calls) == n_train
+    assert q2["comparisons"]["01-good"]["seed_level"] == q["comparisons"]["01-good"]["seed_level"]
+    assert all(c is None for c in q2["comparisons"]["01-good"]["per_seed"].values())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--updates", "50"], "was run with other settings"),
+    (["--curve-updates", "20,30,40"], "has no test BLEU at 30 updates"),
+    (["--curve-updates", "20,40", "--valid-bleu"], "has no valid BLEU at 20, valid BLEU at 40, valid BLEU at 60"),
+    (["--curve-updates", "20,40", "--import-runs", "SAME"], "is in both"),
+    (["--import-runs", "NOT_A_REPORT"], "not a quality_compare report"),
+])
+def test_an_imported_run_that_does_not_fit_fails_before_training(qc, study, tmp_path, capsys, args, message):
+    _, report = _earlier_report(qc, study, tmp_path, "seeds1.json", "--curve-updates", "20,40", "--seeds", "1")
+    (tmp_path / "not-a-report.json").write_text("[]")
+    args = [{"SAME": str(report), "NOT_A_REPORT": str(tmp_path / "not-a-report.json")}.get(x, x) for x in args]
+    n_train = len(study.fakes.train_calls)
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study, "--import-runs", str(report), *args)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+    assert len(study.fakes.train_calls) == n_train and not (study.out / "runs").exists()
 
 
 def test_scoring_interrupted_resumes_without_retraining(qc, study):
@@ -526,6 +657,62 @@ def test_a_resumed_training_is_marked_so_its_seconds_are_not_read_as_the_whole(q
     assert len(fk.train_calls) == n_train + 2
     assert q["runs"]["00-transformer"]["1"]["resumed_at_update"] == 25
     assert "resumed_at_update" not in q["runs"]["00-transformer"]["2"]
+
+
+def _kill_after_training(qc, study, seed, last_at):
+    """A run killed while training, after fairseq saved checkpoint_last.pt at ``last_at``:
+    started.json and the checkpoint are there, trained.json is not."""
+    fk = study.fakes
+    fk.fail_eval_at, fk.allow_resume = UPDATES, True
+    with pytest.raises(RuntimeError, match="killed while scoring"):
+        _main(qc, study, "--seeds", str(seed), "--configs", "00-*")
+    ck = study.out / "runs" / "00-transformer" / f"seed{seed}" / "checkpoints"
+    (ck / "trained.json").unlink()
+    if last_at is None:
+        (ck / "checkpoint_last.pt").unlink()
+    else:
+        (ck / "checkpoint_last.pt").write_text(str(last_at))
+    fk.fail_eval_at = None
+
+
+def test_a_run_resumed_twice_records_the_last_resumption(qc, study):
+    _kill_after_training(qc, study, 1, 25)  # first training killed at 25
+    _kill_after_training(qc, study, 1, 40)  # resumed from 25, killed again at 40
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    log = (study.out / "runs" / "00-transformer" / "seed1" / "train.log").read_text()
+    assert re.findall(r"@ (\d+) updates", log) == ["25", "40"]
+    assert q["runs"]["00-transformer"]["1"]["resumed_at_update"] == 40
+
+
+def test_a_run_restarted_from_scratch_is_not_marked_by_an_earlier_resumption_in_its_log(qc, study):
+    _kill_after_training(qc, study, 1, 25)  # killed at 25
+    _kill_after_training(qc, study, 1, None)  # resumed (the log says so), killed, checkpoint lost
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    assert "Loaded checkpoint" not in (study.out / "runs" / "00-transformer" / "seed1" / "train.log").read_text()
+    assert "resumed_at_update" not in q["runs"]["00-transformer"]["1"]
+    assert study.fakes.train_calls[-1]["updates"] == UPDATES
+
+
+def test_each_run_records_where_and_with_what_it_trained(qc, study):
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--threads", "1")
+    with_ = q["runs"]["00-transformer"]["1"]["trained_with"]
+    assert with_["threads"] == 1 and with_["host"] and with_["torch"] and "git_commit" in with_
+    assert with_ == json.loads((study.out / "runs" / "00-transformer" / "seed1" / "result.json").read_text())[
+        "trained_with"]
+
+
+@pytest.mark.parametrize("words, depends", [
+    (["--lr-scheduler", "inverse_sqrt"], False),
+    ([], False),
+    (["--lr-scheduler", "cosine"], True),
+    (["--lr-scheduler=tri_stage"], True),
+    (["--lr-scheduler", "cosine", "--lr-scheduler", "inverse_sqrt"], False),  # the last one counts
+    (["--lr-scheduler", "polynomial_decay"], True),  # its length defaults to --max-update
+    (["--lr-scheduler", "polynomial_decay", "--total-num-update", "5000"], False),
+    (["--lr-scheduler=polynomial_decay", "--total-num-update=5000"], False),
+])
+def test_which_schedules_depend_on_max_update(qc, words, depends):
+    assert qc.lr_depends_on_max_update(["--lr", "1e-3", *words]) is depends
 
 
 def test_stale_checkpoints_of_other_settings_are_not_resumed(qc, study):

@@ -333,12 +333,14 @@ def preflight(cells, options, param_counts=None) -> List[str]:
 
 
 def git_commit():
+    """HEAD of this checkout, with "-dirty" when the package's code (fairseq_ctx/) differs
+    from it; edited docs or result files do not count. None for an installed copy."""
     if CHECKOUT is None:  # an installed copy: ROOT is site-packages, maybe inside someone else's repository
         return None
     try:
         out = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no", "--",
+                                "fairseq_ctx"], capture_output=True, text=True, timeout=10).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
