@@ -39,9 +39,9 @@ choice is not fitted to the test set.
 
 Finished runs and finished curve points (same settings) are not redone, so an
 interrupted comparison resumes; asking for new curve points (or ``--valid-bleu``) of
-finished runs retrains them (same seed, same trajectory on the same machine: saving and
-validating do not change training), saving at every asked-for point so that the new
-train.log validates wherever the old one did, and scores only the missing points.
+finished runs retrains them and scores every point of the run again (final included):
+the same seed retrains bit for bit only on the same host and thread count, so no run's
+scores mix two trainings.
 
 Seeds run elsewhere (another machine, an earlier out-dir that is gone): ``--import-runs
 REPORT.json`` takes those seeds' records from an earlier report of the same settings,
@@ -58,6 +58,7 @@ import argparse
 import concurrent.futures
 import functools
 import glob
+import hashlib
 import json
 import math
 import os
@@ -264,6 +265,7 @@ def compare(results, baselines, refs, tgt="en", n_samples=1000, alpha=0.05):
             "seed_level": seed_difference({s: results[name][s]["bleu"] for s in seeds},
                                           {s: results[base][s]["bleu"] for s in seeds}, alpha),
             "per_seed": per_seed,
+            "bootstrap_seeds": [s for s in seeds if per_seed[s]],
             "significant_better": sum(1 for p in tested if p["p_value"] < alpha
                                       and p["system_bleu"] > p["baseline_bleu"]),
             "significant_worse": sum(1 for p in tested if p["p_value"] < alpha
@@ -288,6 +290,16 @@ def _p_wilcoxon(st):
     return _f(st["p_wilcoxon"], 3) + ("" if st.get("wilcoxon_can_reach_alpha") else " †")
 
 
+def _import_source_note(source):
+    if not source:
+        return ""
+    note = (f" (git {(source.get('git_commit') or 'unknown')[:12]}, torch {source.get('torch')}, "
+            f"fairseq {source.get('fairseq')}, sacrebleu {source.get('sacrebleu')}")
+    if not source.get("data_verified"):
+        note += "; training data not verified: the report predates data fingerprints, only its test references are checked"
+    return note + ")"
+
+
 def markdown(summary, comparisons, baselines, meta, curves=None, curve_comparisons=None,
              curve_png=None):
     lines = [
@@ -305,8 +317,11 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
         "tests test-set sampling for fixed outputs, not seed-to-seed variance.",
         *(f"- imported from `{src}` (same settings, trained elsewhere or earlier): "
           + "; ".join(f"{n} seeds {', '.join(map(str, ss))}" for n, ss in sorted(runs.items()))
+          + _import_source_note((meta.get("import_sources") or {}).get(src))
           + ". A report keeps no translations, so these seeds have no bootstrap (-)."
           for src, runs in sorted((meta.get("imported") or {}).items())),
+        *([f"- seed pairs trained in different places (one run imported, or from two reports): "
+           f"{'; '.join(meta['mixed_pairs'])}."] if meta.get("mixed_pairs") else []),
         "",
         "| config | baseline | BLEU per seed | mean | std | Δ mean vs baseline [95% CI] | p t | p W "
         "| seeds + / - | p bootstrap per seed | sig. better / worse (bootstrap p<0.05) |",
@@ -327,7 +342,9 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
             _p_wilcoxon(st) if c else "",
             f"{st['better']} / {st['worse']}" if c and st else "",
             " / ".join(_f((c["per_seed"][k] or {}).get("p_value"), 3) for k in c["seeds"]) if c else "",
-            f"{c['significant_better']} / {c['significant_worse']}" if c else "",
+            (f"{c['significant_better']} / {c['significant_worse']}"
+             + (f" of {len(c['bootstrap_seeds'])}" if len(c["bootstrap_seeds"]) < len(c["seeds"]) else ""))
+            if c else "",
         ]) + " |")
     for n, min_p in sorted(small_n):
         lines.append("")
@@ -404,6 +421,24 @@ def _software():
 
     return {"git_commit": git_commit(), "torch": torch.__version__, "fairseq": fairseq.__version__,
             "sacrebleu": sacrebleu.__version__, "python": sys.version.split()[0]}
+
+
+def data_fingerprint(data_bin):
+    """SHA-256 over what fairseq reads from DATA_DIR/bin (dictionaries, binarised splits), so
+    that a report names its data exactly; None when there is no such file."""
+    h = hashlib.sha256()
+    paths = sorted(glob.glob(os.path.join(data_bin, "dict.*.txt")) + glob.glob(os.path.join(data_bin, "*.bin"))
+                   + glob.glob(os.path.join(data_bin, "*.idx")))
+    for path in paths:
+        h.update(os.path.basename(path).encode() + b"\0")
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest() if paths else None
+
+
+# what must agree between an imported report and this comparison besides each run's settings
+IMPORT_MUST_MATCH = ("torch", "fairseq", "sacrebleu")
 
 
 def _run_provenance(threads):
@@ -549,12 +584,22 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 results[name][seed] = _with_curves(final, points, run_dir, updates, valid_points)
                 log(f"[quality] {name} seed {seed}: done already (BLEU {final['bleu']})")
                 continue
+            marker = os.path.join(run_dir, "imported.json")
             if final is None and seed in (imported or {}).get(name, {}):
                 results[name][seed] = _imported_run(*imported[name][seed], name, seed, settings,
                                                     curve_updates + [updates], bool(valid_ref))
+                _write_json(marker, {"source": imported[name][seed][1], "settings": settings})
                 log(f"[quality] {name} seed {seed}: imported from {imported[name][seed][1]} "
                     f"(BLEU {results[name][seed]['bleu']})")
                 continue
+            if final is not None and seed in (imported or {}).get(name, {}):
+                log(f"[quality] {name} seed {seed}: run here already, not imported from {imported[name][seed][1]}")
+            previous = _read_json(marker)
+            if final is None and previous and previous.get("settings") == settings:
+                # forgetting --import-runs would train hours of runs that were meant to be imported
+                raise ImportedRunMismatch(f"{name} seed {seed} was imported from {previous['source']} the last time: "
+                                          f"pass --import-runs {previous['source']} again, or delete {marker} "
+                                          "to train it here")
             todo.append((name, seed, run_dir, settings, final, points, missing, valid_points, missing_valid))
 
     def one_run(name, seed, run_dir, settings, final, points, missing, valid_points, missing_valid):
@@ -571,14 +616,27 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             trained_with = trained.get("trained_with")
             log(f"[quality] {name} seed {seed}: trained already, scoring its checkpoints")
         else:
-            # saving at every asked-for point (not only the missing ones): the new train.log then
-            # validates at least where the one it replaces did
             key = {"settings": settings, "curve_updates": curve_updates}
             resumed = _read_json(os.path.join(ckpt_dir, "started.json")) == key and os.path.exists(last)
             if resumed:
                 # an interrupted training of exactly this: fairseq resumes from checkpoint_last.pt
                 log(f"[quality] {name} seed {seed}: resuming the interrupted training")
             else:
+                if final is not None or points or valid_points:
+                    # a finished run trained again (new points, --valid-bleu): equal to the first
+                    # training only on the same host and thread count, so every score of the run
+                    # is redone from this one (one decode per point) rather than mixing the two
+                    log(f"[quality] {name} seed {seed}: training again for new points; its earlier "
+                        "scores are dropped and every point is scored again from the new training")
+                for stale in ("result.json", "curve", "valid"):
+                    path = os.path.join(run_dir, stale)
+                    if os.path.isdir(path):
+                        shutil.rmtree(path)
+                    elif os.path.exists(path):
+                        os.remove(path)
+                final, points, valid_points = None, {}, {}
+                missing = list(curve_updates)
+                missing_valid = curve_updates + [updates] if valid_ref else []
                 # never let fairseq resume from a checkpoint of other settings
                 shutil.rmtree(ckpt_dir, ignore_errors=True)
                 if os.path.exists(log_path):
@@ -737,6 +795,8 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
                         "trained on another machine) for the asked-for seeds OUT_DIR has not run; "
                         "their translations are not kept, so they get seed-level statistics and "
                         "curves but no bootstrap")
+    p.add_argument("--import-other-versions", action="store_true",
+                   help="import reports made with other torch / fairseq / sacrebleu versions (named in the report)")
     p.add_argument("--out-dir", default="work/quality")
     p.add_argument("--json", default=None, help="default OUT_DIR/quality.json")
     p.add_argument("--markdown", default=None, help="default OUT_DIR/quality.md")
@@ -778,13 +838,30 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     if valid_ref and not os.path.exists(valid_ref):
         p.error(f"--valid-bleu: no raw valid references at {valid_ref}")
 
-    imported = {}
+    refs_sha256 = hashlib.sha256("".join(r + "\n" for r in refs).encode("utf-8")).hexdigest()
+    data_sha256, software = data_fingerprint(data_bin), _software()
+    imported, import_sources = {}, {}
     for path in a.import_runs:
         try:
             with open(path) as f:
-                report_runs = json.load(f)["runs"]
+                report = json.load(f)
+            report_runs, report_meta = report["runs"], report["meta"]
         except (OSError, ValueError, KeyError, TypeError) as error:
             p.error(f"--import-runs {path}: not a quality_compare report ({error})")
+        # the settings string names neither the data nor the software: check them here
+        if report_meta.get("test_sentences") != len(refs) or report_meta.get("test_refs_sha256", refs_sha256) != refs_sha256:
+            p.error(f"--import-runs {path}: scored on other test references ({report_meta.get('test_sentences')} "
+                    f"sentences from {report_meta.get('data')}) than {ref} ({len(refs)})")
+        if report_meta.get("data_sha256", data_sha256) != data_sha256:
+            p.error(f"--import-runs {path}: trained on other data than {data_bin} (SHA-256 of its dictionaries "
+                    "and binarised splits differ)")
+        other = {k: (report_meta.get(k), software[k]) for k in IMPORT_MUST_MATCH if report_meta.get(k) != software[k]}
+        if other and not a.import_other_versions:
+            p.error(f"--import-runs {path}: made with other versions ("
+                    + ", ".join(f"{k} {there} there, {here} here" for k, (there, here) in other.items())
+                    + "); --import-other-versions to mix them anyway")
+        import_sources[path] = {"git_commit": report_meta.get("git_commit"), "data_verified": "data_sha256" in report_meta,
+                                **{k: report_meta.get(k) for k in IMPORT_MUST_MATCH}}
         for name in configs:
             for seed in a.seeds:
                 rec = (report_runs.get(name) or {}).get(str(seed))
@@ -815,20 +892,30 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
         for s, r in sorted(results[n].items()):
             if r.get("imported_from"):
                 used.setdefault(r["imported_from"], {}).setdefault(n, []).append(s)
+    # a seed pair whose two runs come from different places (imported / here, two reports)
+    mixed = [f"{n} vs {b} seed {s}" for n, b in sorted(baselines.items()) if b
+             for s in a.seeds if s in results[n] and s in results[b]
+             and results[n][s].get("imported_from") != results[b][s].get("imported_from")]
+    for pair in mixed:
+        log(f"[quality] warning: {pair}: the two runs were trained in different places (see --import-runs)")
     summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
     comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
     curves, curve_comparisons = learning_curves(results, baselines, a.seeds)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "updates": a.updates, "seeds": a.seeds,
-            "beam": a.beam, "data": a.data_dir, "test_sentences": len(refs), "valid_bleu": a.valid_bleu,
+            "beam": a.beam, "data": a.data_dir, "test_sentences": len(refs),
+            "test_refs_sha256": refs_sha256, "data_sha256": data_sha256, "valid_bleu": a.valid_bleu,
             "common": " ".join(common), "curve_updates": curve_updates + [a.updates],
             "curve_training": (f"as common, without --disable-validation, plus --save-interval-updates "
                                f"{curve_interval(curve_updates)} --keep-interval-updates -1 "
                                f"--validate-interval-updates {curve_interval(curve_updates)}")
             if curve_updates else None,
-            "imported": used or None, "command": " ".join(shlex.quote(x) for x in sys.argv), **_software()}
+            "imported": used or None,
+            "import_sources": {src: import_sources[src] for src in used} or None, "mixed_pairs": mixed or None,
+            "command": " ".join(shlex.quote(x) for x in sys.argv), **software}
     # a plot only when there is a curve: intermediate BLEU points or logged validations
-    has_curve = any(len(c["bleu"]["updates"]) > 1 or c["valid_loss"]["updates"] or c.get("valid_bleu")
-                    for c in curves.values())
+    has_valid_bleu = any((c.get("valid_bleu") or {}).get("updates") for c in curves.values())
+    has_curve = any(len(c["bleu"]["updates"]) > 1 or c["valid_loss"]["updates"] for c in curves.values()) \
+        or has_valid_bleu
     png = None
     if has_curve:
         from fairseq_ctx.analysis.learning_curves import plot_learning_curves
@@ -836,7 +923,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
         png = a.curve_png or os.path.join(a.out_dir, "curves.png")
         pairs = [(n, b) for n, b in sorted(baselines.items()) if b] or [(n, None) for n in sorted(configs)]
         metrics = [("valid_loss", "valid loss"), ("bleu", "test BLEU")]
-        if any(c.get("valid_bleu") for c in curves.values()):
+        if has_valid_bleu:
             metrics.append(("valid_bleu", "valid BLEU"))
         plot_learning_curves(curves, pairs, png, metrics=metrics,
                              title=f"mean over seeds {', '.join(map(str, a.seeds))}, band: min-max")

@@ -485,15 +485,21 @@ def test_end_to_end_seed_statistics_and_curves(qc, study):
     q3 = _main(qc, study)
     assert (len(fk.train_calls), len(fk.eval_calls)) == (n_train, n_eval)
     assert q3["curves"]["01-good"]["bleu"]["updates"] == [20, 40, 50, UPDATES]
-    # a new point: each run retrained once, saving at every asked-for point (so its new
-    # train.log validates wherever the old one did), only 30 scored
+    # a new point: each run trained again once, and every point of it scored again (final
+    # included), so that no run's scores mix two trainings
     q4 = _main(qc, study, "--curve-updates", "20,30,40,50")
-    new_train = fk.train_calls[n_train:]
-    assert len(new_train) == 6 and all(c["curve"] == (20, 30, 40, 50) and c["restore"] is None
-                                       for c in new_train)
+    new_train = [c for c in fk.train_calls[n_train:] if c["restore"] is None]
+    assert len(new_train) == 6 and all(c["curve"] == (20, 30, 40, 50) for c in new_train)
     assert q4["curves"]["01-good"]["valid_loss"]["updates"] == [10, 20, 25, 30, 40, 50, 60]
-    assert sorted(fk.eval_calls[n_eval:]) == sorted((n, s, 30) for n in ("00-transformer", "01-good")
-                                                    for s in (1, 2, 3))
+    assert sorted(fk.eval_calls[n_eval:]) == sorted((n, s, u) for n in ("00-transformer", "01-good")
+                                                    for s in (1, 2, 3) for u in (20, 30, 40, 50, UPDATES))
+    # a new list without the old points: only its points, all from the new training
+    n_eval = len(fk.eval_calls)
+    q5 = _main(qc, study, "--curve-updates", "35")
+    assert q5["curves"]["01-good"]["bleu"]["updates"] == [35, UPDATES]
+    assert q5["curves"]["01-good"]["valid_loss"]["updates"] == [25, 35, 50, 60]
+    assert sorted(fk.eval_calls[n_eval:]) == sorted((n, s, u) for n in ("00-transformer", "01-good")
+                                                    for s in (1, 2, 3) for u in (35, UPDATES))
 
 
 def test_valid_bleu_scores_every_checkpoint_on_valid_for_choosing_among_configs(qc, study):
@@ -533,17 +539,22 @@ def test_valid_bleu_scores_every_checkpoint_on_valid_for_choosing_among_configs(
     assert json.loads((study.out / "quality.json").read_text())["curves"]["01-good"]["valid_bleu"] == vb
 
 
-def test_valid_bleu_added_to_a_finished_study_retrains_once_and_scores_only_valid(qc, study):
+def test_valid_bleu_added_to_a_finished_study_retrains_once_and_scores_both_subsets_from_it(qc, study):
     fk = study.fakes
     _main(qc, study, "--curve-updates", "20", "--seeds", "1", "--configs", "00-*")
     assert not (study.out / "runs" / "00-transformer" / "seed1" / "checkpoints").exists()
     n_eval = len(fk.eval_calls)
     q = _main(qc, study, "--curve-updates", "20", "--seeds", "1", "--configs", "00-*", "--valid-bleu")
-    # the checkpoints were deleted once scored: trained again, with its checkpoint at 20
+    # the checkpoints were deleted once scored: trained again, with its checkpoint at 20, and
+    # test scored again too (a retraining equals the first only on the same host and threads)
     assert len(fk.train_calls) == 2 and fk.train_calls[1]["curve"] == (20,)
-    assert len(fk.eval_calls) == n_eval and sorted(fk.valid_calls) == [("00-transformer", 1, 20),
-                                                                       ("00-transformer", 1, UPDATES)]
+    assert sorted(fk.eval_calls[n_eval:]) == sorted(fk.valid_calls) == [("00-transformer", 1, 20),
+                                                                        ("00-transformer", 1, UPDATES)]
     assert q["curves"]["00-transformer"]["valid_bleu"]["updates"] == [20, UPDATES]
+    # nothing more once done
+    n_train, n_eval, n_valid = len(fk.train_calls), len(fk.eval_calls), len(fk.valid_calls)
+    _main(qc, study, "--curve-updates", "20", "--seeds", "1", "--configs", "00-*", "--valid-bleu")
+    assert (len(fk.train_calls), len(fk.eval_calls), len(fk.valid_calls)) == (n_train, n_eval, n_valid)
 
 
 def test_valid_bleu_without_valid_references_fails_before_training(qc, study, capsys):
@@ -607,16 +618,74 @@ def test_seeds_imported_from_an_earlier_report_are_not_rerun_and_enter_the_seed_
     (["--curve-updates", "20,40", "--valid-bleu"], "has no valid BLEU at 20, valid BLEU at 40, valid BLEU at 60"),
     (["--curve-updates", "20,40", "--import-runs", "SAME"], "is in both"),
     (["--import-runs", "NOT_A_REPORT"], "not a quality_compare report"),
+    (["EDIT_ONE_REFERENCE"], "scored on other test references"),
+    (["DROP_ONE_REFERENCE"], "scored on other test references"),
+    (["OTHER_DATA"], "trained on other data"),
+    (["OTHER_TORCH"], "made with other versions (torch 1.0 there"),
 ])
 def test_an_imported_run_that_does_not_fit_fails_before_training(qc, study, tmp_path, capsys, args, message):
     _, report = _earlier_report(qc, study, tmp_path, "seeds1.json", "--curve-updates", "20,40", "--seeds", "1")
     (tmp_path / "not-a-report.json").write_text("[]")
+    test_refs = study.data / "raw" / "test.en"
+    lines = test_refs.read_text().splitlines(keepends=True)
+    if "EDIT_ONE_REFERENCE" in args:  # same number of sentences, other text
+        test_refs.write_text("".join(lines[:-1]) + "an other reference\n")
+    if "DROP_ONE_REFERENCE" in args:
+        test_refs.write_text("".join(lines[:-1]))
+    if "OTHER_DATA" in args:  # the binarised data changed since the report
+        (study.data / "bin" / "dict.en.txt").write_text("w1 5\n")
+    if "OTHER_TORCH" in args:
+        r = json.loads(report.read_text())
+        r["meta"]["torch"] = "1.0"
+        report.write_text(json.dumps(r))
+    args = [x for x in args if not x.endswith(("_REFERENCE", "_DATA", "_TORCH"))]
     args = [{"SAME": str(report), "NOT_A_REPORT": str(tmp_path / "not-a-report.json")}.get(x, x) for x in args]
     n_train = len(study.fakes.train_calls)
     with pytest.raises(SystemExit) as e:
         _main(qc, study, "--import-runs", str(report), *args)
     assert e.value.code == 2 and message in capsys.readouterr().err
     assert len(study.fakes.train_calls) == n_train and not (study.out / "runs").exists()
+
+
+def test_import_of_other_versions_only_when_asked_and_named_in_the_report(qc, study, tmp_path):
+    _, report = _earlier_report(qc, study, tmp_path, "seeds1.json", "--seeds", "1")
+    r = json.loads(report.read_text())
+    r["meta"]["fairseq"] = "0.9.0"
+    report.write_text(json.dumps(r))
+    q = _main(qc, study, "--seeds", "1", "--import-runs", str(report), "--import-other-versions")
+    assert q["meta"]["import_sources"][str(report)]["fairseq"] == "0.9.0"
+    assert "fairseq 0.9.0" in (study.out / "quality.md").read_text()
+
+
+def test_forgetting_import_runs_fails_instead_of_training_the_imported_seeds_again(qc, study, tmp_path, capsys):
+    _, report = _earlier_report(qc, study, tmp_path, "seeds1.json", "--seeds", "1")
+    _main(qc, study, "--seeds", "1", "2", "--import-runs", str(report))
+    n_train = len(study.fakes.train_calls)
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study, "--seeds", "1", "2")
+    assert e.value.code == 2 and f"imported from {report} the last time" in capsys.readouterr().err
+    assert len(study.fakes.train_calls) == n_train
+
+
+def test_a_seed_run_here_wins_over_the_report_and_mixed_pairs_are_named(qc, study, tmp_path):
+    fk = study.fakes
+    _, report = _earlier_report(qc, study, tmp_path, "seeds12.json", "--seeds", "1", "2")
+    r = json.loads(report.read_text())
+    del r["runs"]["01-good"]["2"]  # the report lacks the system's seed 2: run here
+    report.write_text(json.dumps(r))
+    _main(qc, study, "--seeds", "1", "--configs", "01-*")  # seed 1 of the system run here first
+    n_train = len(fk.train_calls)
+    q = _main(qc, study, "--seeds", "1", "2", "--import-runs", str(report))
+    assert [(c["arch"], c["seed"]) for c in fk.train_calls[n_train:]] == [("transformer_x", 2)]
+    runs = q["runs"]
+    assert "imported_from" not in runs["01-good"]["1"] and "imported_from" not in runs["01-good"]["2"]
+    assert runs["00-transformer"]["1"]["imported_from"] == runs["00-transformer"]["2"]["imported_from"] == str(report)
+    c = q["comparisons"]["01-good"]
+    # both pairs cross (baseline imported, system here): no bootstrap, and both named
+    assert c["per_seed"] == {1: None, 2: None} and c["bootstrap_seeds"] == []
+    assert q["meta"]["mixed_pairs"] == ["01-good vs 00-transformer seed 1", "01-good vs 00-transformer seed 2"]
+    md = (study.out / "quality.md").read_text()
+    assert "trained in different places" in md and "| 0 / 0 of 0 |" in md
 
 
 def test_scoring_interrupted_resumes_without_retraining(qc, study):
@@ -633,6 +702,7 @@ def test_scoring_interrupted_resumes_without_retraining(qc, study):
     q = _main(qc, study, "--curve-updates", "20,40", "--seeds", "1", "--configs", "00-*")
     assert len(fk.train_calls) == n_train and fk.eval_calls[-1] == ("00-transformer", 1, 40)
     assert q["curves"]["00-transformer"]["bleu"]["updates"] == [20, 40, UPDATES]
+    assert q["runs"]["00-transformer"]["1"]["trained_with"]["host"]  # kept from the training
     assert not (run_dir / "checkpoints").exists()
 
 
@@ -706,6 +776,7 @@ def test_each_run_records_where_and_with_what_it_trained(qc, study):
     ([], False),
     (["--lr-scheduler", "cosine"], True),
     (["--lr-scheduler=tri_stage"], True),
+    (["--lr-scheduler", "reduce_lr_on_plateau"], True),
     (["--lr-scheduler", "cosine", "--lr-scheduler", "inverse_sqrt"], False),  # the last one counts
     (["--lr-scheduler", "polynomial_decay"], True),  # its length defaults to --max-update
     (["--lr-scheduler", "polynomial_decay", "--total-num-update", "5000"], False),
