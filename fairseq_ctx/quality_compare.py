@@ -453,7 +453,9 @@ def _run_provenance(threads):
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
-    return {"host": platform.node(), "cpu": cpu, "threads": threads, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    # threads 0: the subprocesses' own default (torch: one per core)
+    return {"host": platform.node(), "cpu": cpu, "threads": threads or f"default ({os.cpu_count()} cores)",
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             **_software()}
 
 
@@ -714,6 +716,12 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                  os.path.join(run_dir, f"train.to{u}.log"), threads, **kwargs)
         return os.path.join(side, "checkpoint_last.pt"), side
 
+    # say up front what will cost hours: finished runs that new points or --valid-bleu retrain
+    retrain = [f"{n} seed {sd}" for n, sd, _, _, fin, pts, _, vpts, _ in todo if fin is not None or pts or vpts]
+    if todo:
+        log(f"[quality] {len(todo)} run(s) to train or score"
+            + (f"; {len(retrain)} finished run(s) will be trained again for new points and all their "
+               f"scores redone unless their checkpoints are still there: {', '.join(retrain)}" if retrain else ""))
     # each run is a training and a generation subprocess: threads here only wait on them
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(one_run, *job) for job in todo]

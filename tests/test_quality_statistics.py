@@ -539,12 +539,15 @@ def test_valid_bleu_scores_every_checkpoint_on_valid_for_choosing_among_configs(
     assert json.loads((study.out / "quality.json").read_text())["curves"]["01-good"]["valid_bleu"] == vb
 
 
-def test_valid_bleu_added_to_a_finished_study_retrains_once_and_scores_both_subsets_from_it(qc, study):
+def test_valid_bleu_added_to_a_finished_study_retrains_once_and_scores_both_subsets_from_it(qc, study, capsys):
     fk = study.fakes
     _main(qc, study, "--curve-updates", "20", "--seeds", "1", "--configs", "00-*")
     assert not (study.out / "runs" / "00-transformer" / "seed1" / "checkpoints").exists()
     n_eval = len(fk.eval_calls)
+    capsys.readouterr()
     q = _main(qc, study, "--curve-updates", "20", "--seeds", "1", "--configs", "00-*", "--valid-bleu")
+    # said before training, not found out hours later
+    assert "1 finished run(s) will be trained again" in capsys.readouterr().err
     # the checkpoints were deleted once scored: trained again, with its checkpoint at 20, and
     # test scored again too (a retraining equals the first only on the same host and threads)
     assert len(fk.train_calls) == 2 and fk.train_calls[1]["curve"] == (20,)
