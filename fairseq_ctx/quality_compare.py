@@ -526,15 +526,15 @@ class ImportedRunMismatch(ValueError):
 def _imported_run(rec, source, name, seed, settings, score_updates, valid_bleu):
     """A run record of an earlier report, checked against this comparison's settings."""
     if rec.get("settings") != settings:
-        raise ImportedRunMismatch(f"{source}: {name} seed {seed} was run with other settings than this comparison's:\n"
-                         f"  there: {rec.get('settings')}\n  here:  {settings}")
+        raise ImportedRunMismatch(f"{source}: {name} seed {seed} was run with other settings than this "
+                                  f"comparison's:\n  there: {rec.get('settings')}\n  here:  {settings}")
     rec = {k: ({int(u): point for u, point in v.items()} if k in ("curve", "valid", "valid_bleu") else v)
            for k, v in rec.items() if k != "hyps"}
     lacking = [f"test BLEU at {u}" for u in score_updates if u not in rec.get("curve", {})]
     lacking += [f"valid BLEU at {u}" for u in score_updates if valid_bleu and u not in rec.get("valid_bleu", {})]
     if lacking:
-        raise ImportedRunMismatch(f"{source}: {name} seed {seed} has no {', '.join(lacking)} updates: run it here "
-                         "(drop the file or these seeds) or ask for the points it has")
+        raise ImportedRunMismatch(f"{source}: {name} seed {seed} has no {', '.join(lacking)} updates: run it "
+                                  "here (drop the file or these seeds) or ask for the points it has")
     rec["imported_from"] = source
     return rec
 
