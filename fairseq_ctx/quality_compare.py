@@ -453,8 +453,13 @@ def _run_provenance(threads):
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
+    import torch
+
+    # fairseq-train runs on the first visible GPU unless the settings say --cpu
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     # threads 0: the subprocesses' own default (torch: one per core)
-    return {"host": platform.node(), "cpu": cpu, "threads": threads or f"default ({os.cpu_count()} cores)",
+    return {"host": platform.node(), "cpu": cpu, "gpu": gpu,
+            "threads": threads or f"default ({os.cpu_count()} cores)",
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             **_software()}
 

@@ -770,6 +770,7 @@ def test_each_run_records_where_and_with_what_it_trained(qc, study):
     q = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--threads", "1")
     with_ = q["runs"]["00-transformer"]["1"]["trained_with"]
     assert with_["threads"] == 1 and with_["host"] and with_["torch"] and "git_commit" in with_
+    assert "gpu" in with_  # the device name, None on a machine without one
     assert with_ == json.loads((study.out / "runs" / "00-transformer" / "seed1" / "result.json").read_text())[
         "trained_with"]
 
