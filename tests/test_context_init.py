@@ -119,10 +119,17 @@ def test_bad_init_options_are_one_clear_error_at_build_time():
         build_model(_options("gate_half", "--no-context-gate"))
 
 
-def test_default_is_glorot_also_for_checkpoints_without_the_option():
-    args = parse_train_args(_options("glorot"))
-    del args.context_init  # a checkpoint written before the option existed
+def test_default_is_gate_half_and_glorot_without_gates_also_for_old_checkpoints():
+    """The arch's default is the study's choice, gate_half; without gates (footnote 1) there
+    is no V to zero, so the default there is glorot, not the gate_half error. A checkpoint
+    written before the option existed gets the same rule (its weights are loaded anyway)."""
     from fairseq_ctx.models.transformer_context_aware import context_aware_base_architecture
 
-    context_aware_base_architecture(args)
-    assert args.context_init == "glorot"
+    for extra, expected in (([], "gate_half"), (["--no-context-gate"], "glorot")):
+        args = parse_train_args(_options("glorot", *extra))
+        del args.context_init  # not given / a checkpoint written before the option existed
+        context_aware_base_architecture(args)
+        assert args.context_init == expected
+        model, _ = build_model([w for w in _options("glorot", *extra) if w not in ("--context-init", "glorot")])
+        assert {layer.self_attn.contextualizer.init for layer in model.encoder.layers
+                if layer.self_attn.contextualizer is not None} == {expected}

@@ -35,7 +35,9 @@ CONTEXT_TARGETS = ("query", "key", "both")
 #                 the mean-over-positions (deep_global) contexts and 1.06-1.21 with deep
 #                 ones, against ~2 for glorot.
 #   zero_context  U = 0: C U = 0 at the start, so Q^ = (1 - lambda) Q; V Glorot.
-# Which of them learns best is what the initialisation study measures (BENCHMARKS.md).
+# Which of them learns best is what the initialisation study measures (BENCHMARKS.md):
+# the fairseq arch defaults to gate_half (glorot without gates). This module keeps glorot
+# as its default so that tests of the equations run with every parameter random.
 CONTEXT_INITS = ("glorot", "gate_half", "matched", "zero_context")
 
 
