@@ -441,7 +441,18 @@ def data_fingerprint(data_bin):
 IMPORT_MUST_MATCH = ("torch", "fairseq", "sacrebleu")
 
 
-def _run_provenance(threads):
+@functools.lru_cache(maxsize=None)
+def _visible_gpu():
+    """The name of the GPU fairseq-train would use (the first visible one), or None. Asked
+    in a short-lived subprocess: in the driver, CUDA would hold a context (GPU memory) for
+    the whole comparison."""
+    probe = "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    name = p.stdout.strip() if p.returncode == 0 else ""
+    return name or None
+
+
+def _run_provenance(threads, words=()):
     """Where and with what one training ran (written when it starts; a resumed training
     records where it was resumed): CPU floating-point order differs between machines and
     thread counts, so runs are comparable bit for bit only with equal values here."""
@@ -453,10 +464,8 @@ def _run_provenance(threads):
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
-    import torch
-
-    # fairseq-train runs on the first visible GPU unless the settings say --cpu
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    # fairseq-train runs on the first visible GPU unless the settings (words) say --cpu
+    gpu = None if "--cpu" in words else _visible_gpu()
     # threads 0: the subprocesses' own default (torch: one per core)
     return {"host": platform.node(), "cpu": cpu, "gpu": gpu,
             "threads": threads or f"default ({os.cpu_count()} cores)",
@@ -653,7 +662,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 + (f", checkpoints at {', '.join(map(str, curve_updates))}" if curve_updates else "")
                 + f" ({time.strftime('%H:%M:%S')})")
             kwargs = {"curve_updates": curve_updates} if curve_updates else {}
-            trained_with = _run_provenance(threads)
+            trained_with = _run_provenance(threads, [*common, *configs[name]])
             train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
                                threads, **kwargs)
             resumed_at = _resumed_at_update(log_path) if resumed else None

@@ -34,7 +34,9 @@ def single_thread():
 
 
 def tiny_model(*options, seed=0):
-    model, _ = build_model(ARCH + TINY + list(options), seed=seed)
+    # glorot, not the arch's default gate_half: with V = 0 every gate is 0.5, and a swapped
+    # V^H / V^C, lambda for 1 - lambda or a gate from the wrong position would go unseen
+    model, _ = build_model(ARCH + TINY + ["--context-init", "glorot", *options], seed=seed)
     return model
 
 

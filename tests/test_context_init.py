@@ -119,10 +119,11 @@ def test_bad_init_options_are_one_clear_error_at_build_time():
         build_model(_options("gate_half", "--no-context-gate"))
 
 
-def test_default_is_gate_half_and_glorot_without_gates_also_for_old_checkpoints():
-    """The arch's default is the study's choice, gate_half; without gates (footnote 1) there
-    is no V to zero, so the default there is glorot, not the gate_half error. A checkpoint
-    written before the option existed gets the same rule (its weights are loaded anyway)."""
+def test_default_is_gate_half_and_glorot_without_gates():
+    """The arch's default is the study's choice, gate_half (V = 0); without gates (footnote 1)
+    there is no V to zero, so the default there is glorot, not the gate_half error. (A
+    checkpoint written before the option existed has no value either and is labelled by
+    the same rule; its weights are loaded over the start anyway.)"""
     from fairseq_ctx.models.transformer_context_aware import context_aware_base_architecture
 
     for extra, expected in (([], "gate_half"), (["--no-context-gate"], "glorot")):
@@ -131,5 +132,8 @@ def test_default_is_gate_half_and_glorot_without_gates_also_for_old_checkpoints(
         context_aware_base_architecture(args)
         assert args.context_init == expected
         model, _ = build_model([w for w in _options("glorot", *extra) if w not in ("--context-init", "glorot")])
-        assert {layer.self_attn.contextualizer.init for layer in model.encoder.layers
-                if layer.self_attn.contextualizer is not None} == {expected}
+        contextualizers = [layer.self_attn.contextualizer for layer in model.encoder.layers
+                           if layer.self_attn.contextualizer is not None]
+        assert contextualizers and {m.init for m in contextualizers} == {expected}
+        for m in contextualizers:  # gate_half: V^H = V^C = 0; glorot: no gates at all here
+            assert m.gate_input is None if expected == "glorot" else not (m.gate_input.any() or m.gate_context.any())

@@ -770,9 +770,23 @@ def test_each_run_records_where_and_with_what_it_trained(qc, study):
     q = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--threads", "1")
     with_ = q["runs"]["00-transformer"]["1"]["trained_with"]
     assert with_["threads"] == 1 and with_["host"] and with_["torch"] and "git_commit" in with_
-    assert "gpu" in with_  # the device name, None on a machine without one
     assert with_ == json.loads((study.out / "runs" / "00-transformer" / "seed1" / "result.json").read_text())[
         "trained_with"]
+
+
+def test_provenance_names_the_gpu_unless_the_settings_say_cpu(qc, study, monkeypatch):
+    import torch
+
+    # the real probe (a subprocess) agrees with torch here: None on a machine without one
+    expected = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    assert qc._visible_gpu() == expected
+    monkeypatch.setattr(qc, "_visible_gpu", lambda: "NVIDIA Test GPU")
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    assert q["runs"]["00-transformer"]["1"]["trained_with"]["gpu"] == "NVIDIA Test GPU"
+    (study.out.parent / "configs" / "01-good.args").write_text("--arch transformer_x --cpu\n")
+    study.fakes.configs["01-good"] = ["--arch", "transformer_x", "--cpu"]
+    q = _main(qc, study, "--seeds", "1", "--configs", "01-*")
+    assert q["runs"]["01-good"]["1"]["trained_with"]["gpu"] is None  # fairseq-train --cpu
 
 
 @pytest.mark.parametrize("words, depends", [

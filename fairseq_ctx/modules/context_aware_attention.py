@@ -37,7 +37,8 @@ CONTEXT_TARGETS = ("query", "key", "both")
 #   zero_context  U = 0: C U = 0 at the start, so Q^ = (1 - lambda) Q; V Glorot.
 # Which of them learns best is what the initialisation study measures (BENCHMARKS.md):
 # the fairseq arch defaults to gate_half (glorot without gates). This module keeps glorot
-# as its default so that tests of the equations run with every parameter random.
+# as its default: with V = 0 every gate is 0.5 and tests of the gate see nothing (the
+# fairseq-level tests ask for glorot explicitly).
 CONTEXT_INITS = ("glorot", "gate_half", "matched", "zero_context")
 
 
