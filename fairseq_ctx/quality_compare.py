@@ -452,6 +452,19 @@ def _visible_gpu():
     return name or None
 
 
+def _written_to_the_end(checkpoint):
+    """False for a checkpoint cut off while it was written: torch.save writes a zip whose
+    directory comes last, and fairseq copies checkpoint_last.pt in place (not atomically),
+    so a run killed then leaves a file that every resume would fail on. Files in another
+    format are not judged."""
+    import zipfile
+
+    with open(checkpoint, "rb") as f:
+        if f.read(4) != b"PK\x03\x04":
+            return True
+    return zipfile.is_zipfile(checkpoint)
+
+
 def _run_provenance(threads, words=()):
     """Where and with what one training ran (written when it starts; a resumed training
     records where it was resumed): CPU floating-point order differs between machines and
@@ -634,6 +647,10 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         else:
             key = {"settings": settings, "curve_updates": curve_updates}
             resumed = _read_json(os.path.join(ckpt_dir, "started.json")) == key and os.path.exists(last)
+            if resumed and not _written_to_the_end(last):
+                log(f"[quality] {name} seed {seed}: {last} was cut off while it was written (the run was "
+                    "killed then); its training starts again from the beginning")
+                resumed = False
             if resumed:
                 # an interrupted training of exactly this: fairseq resumes from checkpoint_last.pt
                 log(f"[quality] {name} seed {seed}: resuming the interrupted training")

@@ -804,6 +804,29 @@ def test_which_schedules_depend_on_max_update(qc, words, depends):
     assert qc.lr_depends_on_max_update(["--lr", "1e-3", *words]) is depends
 
 
+def test_a_checkpoint_cut_off_while_written_is_not_resumed(qc, study, capsys, tmp_path):
+    """A run killed while fairseq copied checkpoint_last.pt (in place, not atomically)
+    leaves a truncated zip: resuming from it would fail on every rerun, so the run is
+    trained again from the start (Fakes.train asserts it finds no checkpoint)."""
+    import torch
+
+    _kill_after_training(qc, study, 1, 25)
+    last = study.out / "runs" / "00-transformer" / "seed1" / "checkpoints" / "checkpoint_last.pt"
+    whole = tmp_path / "whole.pt"
+    torch.save({"model": torch.zeros(1000)}, whole)
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(whole.read_bytes()[:-200])  # the zip's directory is at the end
+    assert qc._written_to_the_end(str(whole)) and not qc._written_to_the_end(str(cut))
+    last.write_bytes(cut.read_bytes())
+    study.fakes.allow_resume = False
+    n_train = len(study.fakes.train_calls)
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    assert len(study.fakes.train_calls) == n_train + 1 and study.fakes.train_calls[-1]["restore"] is None
+    assert "resumed_at_update" not in q["runs"]["00-transformer"]["1"]
+    captured = capsys.readouterr()
+    assert "was cut off while it was written" in captured.out + captured.err
+
+
 def test_stale_checkpoints_of_other_settings_are_not_resumed(qc, study):
     # a training killed under other settings left checkpoint_last.pt: fairseq would
     # resume from it; the driver starts afresh (Fakes.train asserts there is none)
