@@ -58,7 +58,7 @@ read -r torch_action torch_what <<<"$(check plan-torch --constraints "$CONSTRAIN
 [ -n "$torch_action" ] || exit 2
 
 want_hash() {
-    { cat "$CONSTRAINTS" requirements/tools.txt setup.py scripts/setup-env.sh "${CHECK[@]}"
+    { cat "$CONSTRAINTS" requirements/tools.txt setup.py pyproject.toml scripts/setup-env.sh "${CHECK[@]}"
       check torch-id; } | sha256sum | cut -c1-16
 }
 if [ "$torch_action" != install ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(want_hash)" ] \

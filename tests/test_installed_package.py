@@ -173,3 +173,24 @@ def test_config_names_resolve_to_the_shipped_configs(tmp_path, monkeypatch):
     own.write_text("--arch transformer\n")
     assert config_path("mine.args") == "mine.args"  # an existing path is taken as given
     assert config_path("yang2019/nope.args") == "yang2019/nope.args"  # reported as given
+
+
+def test_editable_install_works_without_a_package_index(tmp_path):
+    """`make setup` installs this package editable with --no-build-isolation, also offline
+    (WHEELHOUSE=...): pip must take the PEP 660 path (pyproject.toml's build-system table).
+    Without it pip runs `setup.py develop`, which under setuptools >= 80 starts a nested pip
+    that looks for setuptools on an index, and the offline install fails (seen on a GPU
+    machine with no index). Installed into a prefix, so the checkout's own venv is untouched."""
+    src = tmp_path / "src"
+    for rel in _source_files():
+        os.makedirs(src / os.path.dirname(rel), exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, rel), src / rel)
+    env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.pop("PIP_FIND_LINKS", None)
+    proc = _check(subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-input", "--no-index", "--no-deps", "--no-build-isolation",
+         "-q", "--prefix", str(tmp_path / "prefix"), "-e", str(src)],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300), "offline editable install")
+    installed = "\n".join(p.read_text() for p in (tmp_path / "prefix").rglob("__editable__*fairseq_ctx*")
+                          if p.suffix in (".py", ".pth"))
+    assert str(src / "fairseq_ctx") in installed, proc.stdout  # points into the copy, not a built one
