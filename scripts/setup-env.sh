@@ -63,10 +63,16 @@ want_hash() {
 }
 if [ "$torch_action" != install ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(want_hash)" ] \
         && [ "$(check fairseq-plan --stamp "$BUILD_STAMP")" = ok ]; then
-    # nothing to install: still make sure the extensions import (else rebuild fairseq)
-    check verify >/dev/null 2>&1 && exit 0
-    echo "setup-env: fairseq's extensions do not import: rebuilding fairseq-fixed" >&2
-    rm -f "$BUILD_STAMP"
+    # nothing to install: still make sure the extensions import (else rebuild fairseq) and
+    # that this package is still installed (a pip command can have removed it)
+    if ! check verify >/dev/null 2>&1; then
+        echo "setup-env: fairseq's extensions do not import: rebuilding fairseq-fixed" >&2
+        rm -f "$BUILD_STAMP"
+    elif (cd / && "$VPY" -c "import importlib.metadata as m; m.distribution('fairseq-ctx')" 2>/dev/null); then
+        exit 0
+    else
+        echo "setup-env: fairseq-ctx is no longer installed in $VENV: installing it again" >&2
+    fi
 fi
 
 offline=()
@@ -123,6 +129,9 @@ build_fairseq() {
 }
 fairseq_plan=$(check fairseq-plan --stamp "$BUILD_STAMP")
 [ "$fairseq_plan" = ok ] || build_fairseq "${fairseq_plan#build }"
+# (an older `setup.py develop` install left fairseq_ctx.egg-info here; the PEP 660 install
+# does not use it, and from the checkout root it would pass for an installed package)
+rm -rf fairseq_ctx.egg-info
 "${PIP[@]}" install -q "${offline[@]}" --no-build-isolation --no-deps -e .
 # fairseq's compiled extensions must import against this torch: one clear message if not.
 if [ -n "$fairseq_built" ]; then

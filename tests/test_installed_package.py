@@ -180,7 +180,7 @@ def test_editable_install_works_without_a_package_index(tmp_path):
     (WHEELHOUSE=...): pip must take the PEP 660 path (pyproject.toml's build-system table).
     Without it pip runs `setup.py develop`, which under setuptools >= 80 starts a nested pip
     that looks for setuptools on an index, and the offline install fails (seen on a GPU
-    machine with no index). Installed into a prefix, so the checkout's own venv is untouched."""
+    machine with no index). Installed into a prefix, leaving the venv's own install alone."""
     src = tmp_path / "src"
     for rel in _source_files():
         os.makedirs(src / os.path.dirname(rel), exist_ok=True)
@@ -188,9 +188,15 @@ def test_editable_install_works_without_a_package_index(tmp_path):
     env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.pop("PIP_FIND_LINKS", None)
     proc = _check(subprocess.run(
+        # --ignore-installed: else pip uninstalls the package from the venv running this test
         [sys.executable, "-m", "pip", "install", "--no-input", "--no-index", "--no-deps", "--no-build-isolation",
-         "-q", "--prefix", str(tmp_path / "prefix"), "-e", str(src)],
+         "--ignore-installed", "-q", "--prefix", str(tmp_path / "prefix"), "-e", str(src)],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300), "offline editable install")
     installed = "\n".join(p.read_text() for p in (tmp_path / "prefix").rglob("__editable__*fairseq_ctx*")
                           if p.suffix in (".py", ".pth"))
     assert str(src / "fairseq_ctx") in installed, proc.stdout  # points into the copy, not a built one
+    # and the venv running the tests keeps its own install
+    import importlib.metadata
+
+    assert importlib.metadata.distribution("fairseq-ctx") is not None
+    assert os.path.exists(os.path.join(os.path.dirname(sys.executable), "fairseq-ctx-reproduce"))

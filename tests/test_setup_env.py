@@ -12,6 +12,7 @@ Two levels, both offline and CPU-only:
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -172,6 +173,8 @@ for arg in args[1:]:
         write("alignment_train_cpu_binding.py", ext)
         write("fairseq_fixed-0.12.3.1.dist-info/METADATA",
               "Metadata-Version: 2.1\nName: fairseq-fixed\nVersion: 0.12.3.1\n")
+if "-e" in args:  # this package, editable
+    write("fairseq_ctx-0.1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: fairseq-ctx\nVersion: 0.1.0\n")
 '''
 
 
@@ -282,6 +285,22 @@ def test_second_setup_is_a_no_op_and_a_torch_change_rebuilds_fairseq(fake):
         json.dump(stale, handle)
     fake.setup()
     assert len(fairseq_installs(fake.calls())) == 1
+    fake.setup()
+    assert fake.calls() == []
+
+
+def test_a_removed_package_is_installed_again_without_rebuilding_fairseq(fake):
+    """A pip command (e.g. an install into another prefix) can uninstall this package while
+    the stamp still matches: the next setup must notice and install it again, and only it."""
+    fake.put_torch("2.99.0+cu124", "12.4")
+    fake.setup()
+    fake.calls()
+    shutil.rmtree(os.path.join(fake.site, "fairseq_ctx-0.1.0.dist-info"))
+    proc = fake.setup()
+    calls = fake.calls()
+    assert "no longer installed" in proc.stderr
+    assert fairseq_installs(calls) == [] and any("-e" in c["args"] for c in calls)
+    assert os.path.exists(os.path.join(fake.site, "fairseq_ctx-0.1.0.dist-info"))
     fake.setup()
     assert fake.calls() == []
 
