@@ -441,28 +441,48 @@ def data_fingerprint(data_bin):
 IMPORT_MUST_MATCH = ("torch", "fairseq", "sacrebleu")
 
 
-@functools.lru_cache(maxsize=None)
+_GPU_NAMES = {}
+
+
 def _visible_gpu():
-    """The name of the GPU fairseq-train would use (the first visible one), or None. Asked
-    in a short-lived subprocess: in the driver, CUDA would hold a context (GPU memory) for
-    the whole comparison."""
-    probe = "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
-    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    name = p.stdout.strip() if p.returncode == 0 else ""
-    return name or None
+    """The GPU fairseq-train would use: the first visible one's name, with the number
+    visible when there are several (fairseq then trains on all of them), or None. Asked in
+    a short-lived subprocess: in the driver, CUDA would hold a context (GPU memory) for the
+    whole comparison. A failed probe is recorded as such and asked again next time."""
+    if "name" in _GPU_NAMES:
+        return _GPU_NAMES["name"]
+    probe = ("import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; "
+             "print(torch.cuda.get_device_name(0) + (f' (x{n} visible)' if n > 1 else '') if n else '')")
+    try:
+        p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "unknown (the GPU probe timed out)"
+    if p.returncode != 0:
+        return f"unknown (the GPU probe failed: {p.stderr.strip().splitlines()[-1:] or p.returncode})"
+    _GPU_NAMES["name"] = p.stdout.strip() or None
+    return _GPU_NAMES["name"]
 
 
 def _written_to_the_end(checkpoint):
-    """False for a checkpoint cut off while it was written: torch.save writes a zip whose
-    directory comes last, and fairseq copies checkpoint_last.pt in place (not atomically),
-    so a run killed then leaves a file that every resume would fail on. Files in another
-    format are not judged."""
+    """False for a checkpoint cut off or damaged: torch.save writes a zip whose directory
+    comes last, and fairseq copies checkpoint_last.pt in place (not atomically), so a run
+    killed then, or a machine that crashed, leaves a file every resume would fail on (or,
+    zeroed in the middle, load garbage from). A zip is read whole (CRC of every member);
+    another format is not judged, except for the traces of a cut: nothing, part of the zip
+    signature, zeros."""
     import zipfile
 
+    signature = b"PK\x03\x04"
     with open(checkpoint, "rb") as f:
-        if f.read(4) != b"PK\x03\x04":
-            return True
-    return zipfile.is_zipfile(checkpoint)
+        head = f.read(4)
+    if head == signature:
+        try:
+            with zipfile.ZipFile(checkpoint) as z:
+                return z.testzip() is None and any(n.endswith("data.pkl") for n in z.namelist())
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+            return False
+    cut = len(head) < len(signature) and signature.startswith(head)
+    return not cut and not head.startswith(b"\0")
 
 
 def _run_provenance(threads, words=()):
@@ -648,9 +668,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             key = {"settings": settings, "curve_updates": curve_updates}
             resumed = _read_json(os.path.join(ckpt_dir, "started.json")) == key and os.path.exists(last)
             if resumed and not _written_to_the_end(last):
-                log(f"[quality] {name} seed {seed}: {last} was cut off while it was written (the run was "
-                    "killed then); its training starts again from the beginning")
-                resumed = False
+                resumed = _resume_from_a_whole_checkpoint(name, seed, ckpt_dir, last)
             if resumed:
                 # an interrupted training of exactly this: fairseq resumes from checkpoint_last.pt
                 log(f"[quality] {name} seed {seed}: resuming the interrupted training")
@@ -722,6 +740,22 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         if not keep_checkpoints:  # checkpoints are large and not needed once scored
             shutil.rmtree(ckpt_dir, ignore_errors=True)
         return name, seed, _with_curves(final, points, run_dir, updates, valid_points)
+
+    def _resume_from_a_whole_checkpoint(name, seed, ckpt_dir, last):
+        """checkpoint_last.pt is cut off: put the newest whole checkpoint_E_U.pt (written
+        atomically by fairseq, with the optimizer, schedule and data position of update U)
+        in its place, so fairseq resumes from U as from any save; without one, train from
+        the start. True when the training resumes."""
+        for u, path in sorted(_checkpoints_by_update(ckpt_dir).items(), reverse=True):
+            if _written_to_the_end(path):
+                shutil.copyfile(path, last + ".tmp")
+                os.replace(last + ".tmp", last)
+                log(f"[quality] {name} seed {seed}: {os.path.basename(last)} was cut off while it was written; "
+                    f"resuming from {os.path.basename(path)} ({u} updates)")
+                return True
+        log(f"[quality] {name} seed {seed}: {os.path.basename(last)} was cut off while it was written and no "
+            "whole earlier checkpoint is left; its training starts again from the beginning")
+        return False
 
     def recover_checkpoint(name, seed, u, ckpt_dir, run_dir):
         """fairseq names a save that ends an epoch checkpointE.pt (which --no-epoch-checkpoints

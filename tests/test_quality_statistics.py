@@ -827,6 +827,61 @@ def test_a_checkpoint_cut_off_while_written_is_not_resumed(qc, study, capsys, tm
     assert "was cut off while it was written" in captured.out + captured.err
 
 
+@pytest.mark.parametrize("damage", ["empty", "3 bytes", "100 bytes", "half", "last byte missing",
+                                    "zeros", "zeroed middle", "no data.pkl"])
+def test_damaged_checkpoints_are_told_from_whole_ones(qc, tmp_path, damage):
+    import io
+    import zipfile
+
+    import torch
+
+    whole = tmp_path / "whole.pt"
+    torch.save({"model": torch.arange(20000.0)}, whole)
+    data = whole.read_bytes()
+    assert qc._written_to_the_end(str(whole))
+    if damage == "no data.pkl":  # a whole zip, but not one torch.save wrote
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as z:
+            z.writestr("archive/other", b"x")
+        damaged = buffer.getvalue()
+    else:
+        middle = len(data) // 2
+        damaged = {"empty": b"", "3 bytes": data[:3], "100 bytes": data[:100], "half": data[:middle],
+                   "last byte missing": data[:-1], "zeros": bytes(len(data)),
+                   "zeroed middle": data[:middle] + bytes(4096) + data[middle + 4096:]}[damage]
+    path = tmp_path / "damaged.pt"
+    path.write_bytes(damaged)
+    assert not qc._written_to_the_end(str(path))
+
+
+def test_a_cut_off_last_checkpoint_resumes_from_the_newest_whole_one(qc, study, tmp_path, capsys):
+    """With curve points fairseq writes checkpoint_E_U.pt atomically and copies it to
+    checkpoint_last.pt: when the copy is cut off, the run resumes from the newest whole
+    checkpoint_E_U.pt instead of training again from the start."""
+    fk = study.fakes
+    fk.fail_eval_at, fk.allow_resume = UPDATES, True
+    curve = ("--curve-updates", "10,20,40")
+    with pytest.raises(RuntimeError, match="killed while scoring"):
+        _main(qc, study, "--seeds", "1", "--configs", "00-*", *curve)
+    ck = study.out / "runs" / "00-transformer" / "seed1" / "checkpoints"
+    (ck / "trained.json").unlink()
+    by_update = {int(re.search(r"_(\d+)\.pt$", p.name).group(1)): p for p in ck.glob("checkpoint_*_*.pt")}
+    for u in [u for u in by_update if u > 40]:  # killed after update 40
+        by_update.pop(u).unlink()
+    assert sorted(by_update) == [10, 20, 30, 40]  # (50 ended an epoch: no checkpoint_E_50.pt)
+    for u in (10, 20, 30):
+        by_update[u].write_text(str(u))  # the fakes' checkpoint format: the update count
+    by_update[40].write_bytes(b"PK\x03\x04" + bytes(50))  # damaged too: the newest whole one is 30
+    (ck / "checkpoint_last.pt").write_bytes(b"PK\x03")  # cut off during the copy
+    fk.fail_eval_at = None
+    n_train = len(fk.train_calls)
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*", *curve)
+    assert len(fk.train_calls) == n_train + 1
+    assert q["runs"]["00-transformer"]["1"]["resumed_at_update"] == 30
+    captured = capsys.readouterr()
+    assert "resuming from checkpoint_2_30.pt (30 updates)" in captured.out + captured.err
+
+
 def test_stale_checkpoints_of_other_settings_are_not_resumed(qc, study):
     # a training killed under other settings left checkpoint_last.pt: fairseq would
     # resume from it; the driver starts afresh (Fakes.train asserts there is none)
