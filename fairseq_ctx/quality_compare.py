@@ -668,7 +668,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             key = {"settings": settings, "curve_updates": curve_updates}
             resumed = _read_json(os.path.join(ckpt_dir, "started.json")) == key and os.path.exists(last)
             if resumed and not _written_to_the_end(last):
-                resumed = _resume_from_a_whole_checkpoint(name, seed, ckpt_dir, last)
+                resumed = resume_from_a_whole_checkpoint(name, seed, ckpt_dir, last)
             if resumed:
                 # an interrupted training of exactly this: fairseq resumes from checkpoint_last.pt
                 log(f"[quality] {name} seed {seed}: resuming the interrupted training")
@@ -741,7 +741,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             shutil.rmtree(ckpt_dir, ignore_errors=True)
         return name, seed, _with_curves(final, points, run_dir, updates, valid_points)
 
-    def _resume_from_a_whole_checkpoint(name, seed, ckpt_dir, last):
+    def resume_from_a_whole_checkpoint(name, seed, ckpt_dir, last):
         """checkpoint_last.pt is cut off: put the newest whole checkpoint_E_U.pt (written
         atomically by fairseq, with the optimizer, schedule and data position of update U)
         in its place, so fairseq resumes from U as from any save; without one, train from
