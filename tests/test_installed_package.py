@@ -30,6 +30,15 @@ def _source_files():
         pytest.skip("needs a git checkout to know which files are sources")
 
 
+def _copy_sources(dest):
+    """A copy of the release's source files at ``dest`` (a build or an install from the
+    checkout itself would leave build/ and *.egg-info there)."""
+    for rel in _source_files():
+        os.makedirs(dest / os.path.dirname(rel), exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, rel), dest / rel)
+    return dest
+
+
 def _check(proc, what):
     assert proc.returncode == 0, f"{what} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
@@ -39,10 +48,7 @@ def _check(proc, what):
 def installed(tmp_path_factory):
     base = tmp_path_factory.mktemp("installed")
     # build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout
-    src = base / "src"
-    for rel in _source_files():
-        os.makedirs(src / os.path.dirname(rel), exist_ok=True)
-        shutil.copy2(os.path.join(ROOT, rel), src / rel)
+    src = _copy_sources(base / "src")
     wheels, target = base / "wheels", base / "target"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     _check(subprocess.run([*pip, "wheel", str(src), "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels)],
@@ -181,10 +187,7 @@ def test_editable_install_works_without_a_package_index(tmp_path):
     Without it pip runs `setup.py develop`, which under setuptools >= 80 starts a nested pip
     that looks for setuptools on an index, and the offline install fails (seen on a GPU
     machine with no index). Installed into a prefix, leaving the venv's own install alone."""
-    src = tmp_path / "src"
-    for rel in _source_files():
-        os.makedirs(src / os.path.dirname(rel), exist_ok=True)
-        shutil.copy2(os.path.join(ROOT, rel), src / rel)
+    src = _copy_sources(tmp_path / "src")
     env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.pop("PIP_FIND_LINKS", None)
     proc = _check(subprocess.run(
