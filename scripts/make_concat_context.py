@@ -15,7 +15,8 @@ try:
 except ModuleNotFoundError as error:  # run from a checkout, the package is importable only once installed
     if error.name != "fairseq_ctx":
         raise
-    sys.exit("fairseq_ctx is not importable: run `pip install -e .` in the checkout (or `make setup`)")
+    sys.exit("fairseq_ctx is not importable: run `make setup` in the checkout "
+             "(or `pip install --no-build-isolation -e .` where torch and fairseq are installed)")
 from fairseq_ctx.data.concat_context import (  # noqa: E402,F401  (re-exported for importers of this script)
     MARKER,
     CorpusError,

@@ -8,7 +8,8 @@ try:
 except ModuleNotFoundError as error:  # run from a checkout, the package is importable only once installed
     if error.name != "fairseq_ctx":
         raise
-    sys.exit("fairseq_ctx is not importable: run `pip install -e .` in the checkout (or `make setup`)")
+    sys.exit("fairseq_ctx is not importable: run `make setup` in the checkout "
+             "(or `pip install --no-build-isolation -e .` where torch and fairseq are installed)")
 
 if __name__ == "__main__":
     sys.exit(quality_compare())

@@ -75,6 +75,25 @@ def test_failed_step_leaves_nothing_that_looks_complete_and_rerun_recovers(tiny_
     assert (out / "bin" / "dict.en.txt").exists() and not (out / "bin.partial").exists()
 
 
+@pytest.mark.parametrize("missing", ["jieba", "fairseq-preprocess"])
+def test_a_missing_tool_fails_before_any_step_with_one_line(tmp_path, missing):
+    """Run with a python that lacks a tokeniser (or without fairseq-preprocess on PATH), the
+    preparation stops before the download and first step, not with a traceback after them."""
+    env_extra = {"FAIRSEQ_PREPROCESS": str(tmp_path / "nowhere" / "fairseq-preprocess")}
+    if missing == "jieba":
+        site = tmp_path / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text("import sys\nsys.modules['jieba'] = None  # not installed\n")
+        env_extra = {"PYTHONPATH": str(site)}
+    out = tmp_path / "out"
+    proc = prepare("--out", str(out), "--limit", "400", env_extra=env_extra)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert (f"cannot import {missing}: run this in the environment fairseq-ctx is installed in" if missing == "jieba"
+            else "fairseq-preprocess not found") in proc.stderr
+    assert not out.exists()
+
+
 def test_missing_archive_is_one_clear_error(tmp_path):
     proc = prepare("--out", str(tmp_path / "x"), "--archive", str(tmp_path / "nope.whl"))
     assert proc.returncode == 2

@@ -168,6 +168,23 @@ def test_checkout_wrappers_do_not_touch_sys_path():
     assert not offenders, f"scripts that put the checkout on sys.path by hand: {offenders}"
 
 
+def test_checkout_wrappers_without_the_package_say_how_to_install_it(tmp_path):
+    """Every scripts/*.py wrapper, run by a python that cannot import fairseq_ctx (-S: no
+    site-packages, so neither the editable install nor anything else; run outside the
+    checkout), exits non-zero with one line naming the install command that works
+    offline as well (plain `pip install -e .` needs an index for its isolated build)."""
+    wrappers = [p for p in glob.glob(os.path.join(ROOT, "scripts", "**", "*.py"), recursive=True)
+                if "fairseq_ctx is not importable" in open(p, encoding="utf-8").read()]
+    assert len(wrappers) >= 20
+    for path in wrappers:
+        proc = subprocess.run([sys.executable, "-S", path, "--help"], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=60)
+        assert proc.returncode == 1 and proc.stdout == "", (path, proc.stderr)
+        assert proc.stderr == ("fairseq_ctx is not importable: run `make setup` in the checkout "
+                               "(or `pip install --no-build-isolation -e .` where torch and fairseq are "
+                               "installed)\n"), (path, proc.stderr)
+
+
 def test_config_names_resolve_to_the_shipped_configs(tmp_path, monkeypatch):
     from fairseq_ctx.paths import CONFIGS, config_path
 

@@ -1,6 +1,6 @@
 # Shared by scripts/prepare-tatoeba.sh and scripts/data/prepare-*.sh (sourced): the step / atomic-rename / settings
 # pattern of scripts/prepare-tatoeba.sh.
-#   check_settings "STRING"   refuse to reuse $out prepared with other settings
+#   check_settings "STRING"   check the tools ($src, $tgt), refuse to reuse $out prepared with other settings
 #   run_step NAME FUNC        FUNC fills "$partial"; renamed to $out/NAME on success only
 PY=${PY:-python}
 FAIRSEQ_PREPROCESS=${FAIRSEQ_PREPROCESS:-fairseq-preprocess}
@@ -12,7 +12,25 @@ export FAIRSEQ_CTX_NO_MODELS=1
 
 die() { echo "$prog: $*" >&2; exit 2; }
 
+# PY and fairseq-preprocess must be those of the environment fairseq-ctx is installed in:
+# said in one line before any step (download, extraction) runs, not in a traceback after it.
+# require_tools LANG...: the tokenisers of these languages as well
+require_tools() {
+    local missing
+    missing=$($PY -c 'import importlib.util, sys
+by_lang = {"zh": ["jieba"], "ja": ["fugashi", "unidic_lite"]}
+need = ["fairseq_ctx", "sacremoses", "subword_nmt", "sentencepiece"] + [m for l in sys.argv[1:] for m in by_lang.get(l, [])]
+print(" ".join(m for m in need if importlib.util.find_spec(m) is None))' "$@" 2>&1) \
+        || missing="anything (${missing##*$'\n'})"
+    [ -z "$missing" ] || die "$PY cannot import $missing: run this in the environment fairseq-ctx is" \
+        "installed in (\`make setup\` and \`. .venv/bin/activate\` in a checkout; or the installed" \
+        "\`fairseq-ctx-prepare-data\`), or set PY=/path/to/its/python"
+    command -v "$FAIRSEQ_PREPROCESS" > /dev/null \
+        || die "$FAIRSEQ_PREPROCESS not found: activate the environment fairseq is installed in, or set FAIRSEQ_PREPROCESS"
+}
+
 check_settings() {
+    require_tools ${src:-} ${tgt:-}
     echo "$prog: $WORKERS worker processes (environment WORKERS=N to change)"
     mkdir -p "$out"
     if [ -f "$out/settings" ]; then
