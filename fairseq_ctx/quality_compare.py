@@ -49,6 +49,16 @@ so that e.g. seed 5 is run here and reported with seeds 1-4; the report keeps no
 translations, so imported seeds enter the seed-level statistics and curves but get no
 bootstrap, and the report names what was imported.
 
+GPUs: fairseq-train trains on every GPU it sees (data-parallel, N times the tokens per update
+of the settings' one-device batch). On a node with several, each run (its training and its
+scoring) therefore sees one GPU of its own (CUDA_VISIBLE_DEVICES, recorded in the run's
+"trained_with"); ``--jobs N`` runs N at a time, spread over the GPUs. ``--all-gpus-per-run``
+gives every run all of them instead. Runs of one comparison on a GPU and on the CPU (or on
+two machines) are not bit-comparable: pair seeds made in one place.
+
+A run resumed after an interruption whose checkpoint_last.pt was cut off while fairseq
+copied it resumes from the newest whole checkpoint (fairseq_ctx/checkpoint_repair.py).
+
     fairseq-ctx-quality-compare --updates 2000 --seeds 1 2 3 \\
         --out-dir work/quality --markdown work/quality/table.md
 
@@ -56,6 +66,7 @@ Tiny smoke budget (minutes on 2 CPU cores): ``--updates 20 --configs '00-*' '01-
 """
 import argparse
 import concurrent.futures
+import contextlib
 import functools
 import glob
 import hashlib
@@ -68,9 +79,11 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 from .atomic import atomic_write
+from .checkpoint_repair import restore_last_from_newest_whole, written_to_the_end
 from .evaluation.defaults import PAPER_DEFAULTS
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
 from .reproduce.train import read_args_file
@@ -163,7 +176,7 @@ def lr_depends_on_max_update(words):
 
 
 def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0,
-          curve_updates=(), restore_file=None):
+          curve_updates=(), restore_file=None, extra_env=None):
     """fairseq-train as scripts/demo.sh runs it. With ``curve_updates`` it also saves
     (and keeps) a checkpoint and validates every gcd(curve_updates) updates; with
     ``restore_file`` it starts from that checkpoint (optimizer, lr schedule, data order
@@ -171,7 +184,7 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
     uninterrupted run; across machines CPU floating-point order differs, so a run resumed
     after a restart on another host follows the same batches with losses that differ in the
     third digit). The log is appended to (a resumed training adds to the log of its first
-    part)."""
+    part). ``extra_env``: variables set for fairseq-train (CUDA_VISIBLE_DEVICES: one GPU)."""
     extra = []
     if curve_updates:
         common = [c for c in common if c != "--disable-validation"]
@@ -184,7 +197,7 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
     cmd = [sys.executable, "-m", "fairseq_cli.train", data_bin, "--user-dir",
            PACKAGE_DIR, *common, *arch_args,
            "--max-update", str(updates), "--seed", str(seed), "--save-dir", save_dir, *extra]
-    env = dict(os.environ)
+    env = {**os.environ, **(extra_env or {})}
     if threads:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     t0 = time.time()
@@ -199,7 +212,7 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
     return time.time() - t0
 
 
-def evaluate(data_bin, ckpt, ref, beam, out_dir, src="zh", tgt="en", gen_args=(), subset="test"):
+def evaluate(data_bin, ckpt, ref, beam, out_dir, src="zh", tgt="en", gen_args=(), subset="test", extra_env=None):
     """fairseq-ctx-evaluate with the demo's settings (this compares the demo's configs) and
     this run's beam, on ``subset`` (``ref``: its raw references); returns
     ({bleu, signature, sentences}, detokenised hypotheses)."""
@@ -207,7 +220,7 @@ def evaluate(data_bin, ckpt, ref, beam, out_dir, src="zh", tgt="en", gen_args=()
 
     result = run_evaluate(["--paper", "demo", "--data", data_bin, "--path", ckpt, "--src", src, "--tgt", tgt,
                            "--subset", subset, "--ref", ref, "--beam", str(beam), "--out-dir", out_dir,
-                           "--", *gen_args])
+                           "--", *gen_args], extra_env)
     res = {"bleu": result["sacrebleu"]["bleu"], "signature": result["sacrebleu"]["signature"],
            "sentences": result["sentences"]}
     with open(os.path.join(out_dir, f"hyp.detok.{tgt}"), encoding="utf-8") as f:
@@ -441,51 +454,76 @@ def data_fingerprint(data_bin):
 IMPORT_MUST_MATCH = ("torch", "fairseq", "sacrebleu")
 
 
-_GPU_NAMES = {}
+_GPU_PROBE = {}
+
+
+def _probe_gpus():
+    """(the first visible GPU's name or None, how many are visible), asked in a short-lived
+    subprocess: in the driver, CUDA would hold a context (GPU memory) for the whole
+    comparison. A failed probe gives ("unknown (why)", 0) and is asked again next time."""
+    if "result" in _GPU_PROBE:
+        return _GPU_PROBE["result"]
+    probe = ("import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; "
+             "print(n); print(torch.cuda.get_device_name(0) if n else '')")
+    try:
+        p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "unknown (the GPU probe timed out)", 0
+    lines = p.stdout.splitlines()
+    if p.returncode != 0 or len(lines) < 2 or not lines[-2].strip().isdigit():
+        why = p.stderr.strip().splitlines()[-1:] or f"exit status {p.returncode}, output {p.stdout.strip()!r}"
+        return f"unknown (the GPU probe failed: {why})", 0
+    count = int(lines[-2])
+    _GPU_PROBE["result"] = (lines[-1].strip() or None, count) if count else (None, 0)
+    return _GPU_PROBE["result"]
 
 
 def _visible_gpu():
     """The GPU fairseq-train would use: the first visible one's name, with the number
-    visible when there are several (fairseq then trains on all of them), or None. Asked in
-    a short-lived subprocess: in the driver, CUDA would hold a context (GPU memory) for the
-    whole comparison. A failed probe is recorded as such and asked again next time."""
-    if "name" in _GPU_NAMES:
-        return _GPU_NAMES["name"]
-    probe = ("import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; "
-             "print(torch.cuda.get_device_name(0) + (f' (x{n} visible)' if n > 1 else '') if n else '')")
-    try:
-        p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        return "unknown (the GPU probe timed out)"
-    if p.returncode != 0:
-        return f"unknown (the GPU probe failed: {p.stderr.strip().splitlines()[-1:] or p.returncode})"
-    _GPU_NAMES["name"] = p.stdout.strip() or None
-    return _GPU_NAMES["name"]
+    visible when there are several, or None (see ``_probe_gpus``)."""
+    name, count = _probe_gpus()
+    return f"{name} (x{count} visible)" if count > 1 else name
 
 
-def _written_to_the_end(checkpoint):
-    """False for a checkpoint cut off or damaged: torch.save writes a zip whose directory
-    comes last, and fairseq copies checkpoint_last.pt in place (not atomically), so a run
-    killed then, or a machine that crashed, leaves a file every resume would fail on (or,
-    zeroed in the middle, load garbage from). A zip is read whole (CRC of every member);
-    another format is not judged, except for the traces of a cut: nothing, part of the zip
-    signature, zeros."""
-    import zipfile
+def gpus_to_spread_over(all_gpus_per_run=False):
+    """The CUDA_VISIBLE_DEVICES values to give runs one each, or None (one GPU or none
+    visible, or ``all_gpus_per_run``). fairseq-train trains on every visible GPU by default
+    (distributed_world_size = device count): on a multi-GPU node each run would then be
+    data-parallel with N times the tokens per update of the settings' one-device batch,
+    and concurrent runs would share all GPUs. Entries of an existing CUDA_VISIBLE_DEVICES
+    (indices or UUIDs) are kept as written."""
+    _, count = _probe_gpus()
+    if all_gpus_per_run or count < 2:
+        return None
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return listed[:count] if len(listed) >= count else [str(i) for i in range(count)]
 
-    signature = b"PK\x03\x04"
-    with open(checkpoint, "rb") as f:
-        head = f.read(4)
-    if head == signature:
+
+class GpuSlots:
+    """One GPU per run, to runs in flight: the least busy one (the first of equals), so
+    --jobs N on N GPUs puts one run on each, and more jobs than GPUs share them evenly."""
+
+    def __init__(self, devices=None):
+        self.busy = dict.fromkeys(devices or (), 0)
+        self.lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def one(self, words):
+        """The device for one run (None: not pinned; also for a run whose settings say --cpu)."""
+        if not self.busy or "--cpu" in words:
+            yield None
+            return
+        with self.lock:
+            device = min(self.busy, key=self.busy.get)
+            self.busy[device] += 1
         try:
-            with zipfile.ZipFile(checkpoint) as z:
-                return z.testzip() is None and any(n.endswith("data.pkl") for n in z.namelist())
-        except (zipfile.BadZipFile, OSError, EOFError, ValueError):
-            return False
-    cut = len(head) < len(signature) and signature.startswith(head)
-    return not cut and not head.startswith(b"\0")
+            yield device
+        finally:
+            with self.lock:
+                self.busy[device] -= 1
 
 
-def _run_provenance(threads, words=()):
+def _run_provenance(threads, words=(), device=None):
     """Where and with what one training ran (written when it starts; a resumed training
     records where it was resumed): CPU floating-point order differs between machines and
     thread counts, so runs are comparable bit for bit only with equal values here."""
@@ -499,6 +537,8 @@ def _run_provenance(threads, words=()):
         pass
     # fairseq-train runs on the first visible GPU unless the settings (words) say --cpu
     gpu = None if "--cpu" in words else _visible_gpu()
+    if gpu is not None and device is not None:
+        gpu += f", this run on CUDA_VISIBLE_DEVICES={device} (one GPU per run)"
     # threads 0: the subprocesses' own default (torch: one per core)
     return {"host": platform.node(), "cpu": cpu, "gpu": gpu,
             "threads": threads or f"default ({os.cpu_count()} cores)",
@@ -588,7 +628,7 @@ def _imported_run(rec, source, name, seed, settings, score_updates, valid_bleu):
 
 def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam=5,
         threads=0, gen_args=(), train_fn=train, eval_fn=evaluate, log=print, jobs=1,
-        curve_updates=(), keep_checkpoints=False, valid_ref=None, imported=None):
+        curve_updates=(), keep_checkpoints=False, valid_ref=None, imported=None, gpus=None):
     """Train + evaluate every (config, seed) not done already; returns results.
 
     Runs go seed by seed (every config's seed 1 before any seed 2), ``jobs`` at a time,
@@ -614,6 +654,10 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     (``--import-runs``) used where OUT_DIR has no finished run; each must have exactly
     this run's settings and every asked-for score, else ImportedRunMismatch before any training.
     They have no "hyps" and carry "imported_from": source.
+
+    ``gpus``: CUDA_VISIBLE_DEVICES values (``gpus_to_spread_over``); each run's training
+    and scoring subprocesses then see one of them (``GpuSlots``), recorded in its
+    "trained_with"; None: they see what this process sees.
     """
     curve_updates = sorted({int(u) for u in curve_updates if int(u) < updates})
     settings_common = f"updates={updates} beam={beam} common={' '.join(common)} gen={' '.join(gen_args)}"
@@ -651,7 +695,15 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                                           "to train it here")
             todo.append((name, seed, run_dir, settings, final, points, missing, valid_points, missing_valid))
 
-    def one_run(name, seed, run_dir, settings, final, points, missing, valid_points, missing_valid):
+    gpu_slots = GpuSlots(gpus)
+
+    def one_run(name, *job):
+        with gpu_slots.one([*common, *configs[name]]) as device:
+            pin = {"extra_env": {"CUDA_VISIBLE_DEVICES": device}} if device is not None else {}
+            return train_and_score(name, *job, device=device, pin=pin)
+
+    def train_and_score(name, seed, run_dir, settings, final, points, missing, valid_points, missing_valid,
+                        device, pin):
         os.makedirs(run_dir, exist_ok=True)
         ckpt_dir = os.path.join(run_dir, "checkpoints")
         last = os.path.join(ckpt_dir, "checkpoint_last.pt")
@@ -667,7 +719,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         else:
             key = {"settings": settings, "curve_updates": curve_updates}
             resumed = _read_json(os.path.join(ckpt_dir, "started.json")) == key and os.path.exists(last)
-            if resumed and not _written_to_the_end(last):
+            if resumed and not written_to_the_end(last):
                 resumed = resume_from_a_whole_checkpoint(name, seed, ckpt_dir, last)
             if resumed:
                 # an interrupted training of exactly this: fairseq resumes from checkpoint_last.pt
@@ -696,8 +748,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             log(f"[quality] {name} seed {seed}: training {updates} updates"
                 + (f", checkpoints at {', '.join(map(str, curve_updates))}" if curve_updates else "")
                 + f" ({time.strftime('%H:%M:%S')})")
-            kwargs = {"curve_updates": curve_updates} if curve_updates else {}
-            trained_with = _run_provenance(threads, [*common, *configs[name]])
+            kwargs = {"curve_updates": curve_updates, **pin} if curve_updates else pin
+            trained_with = _run_provenance(threads, [*common, *configs[name]], device)
             train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
                                threads, **kwargs)
             resumed_at = _resumed_at_update(log_path) if resumed else None
@@ -706,7 +758,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                          "resumed_at_update": resumed_at, "trained_with": trained_with})
         if final is None:
             t0 = time.time()
-            res, hyps = eval_fn(data_bin, last, ref, beam, os.path.join(run_dir, "eval"), gen_args=gen_args)
+            res, hyps = eval_fn(data_bin, last, ref, beam, os.path.join(run_dir, "eval"), gen_args=gen_args, **pin)
             final = {"settings": settings, "bleu": res["bleu"], "signature": res.get("signature"),
                      "sentences": res.get("sentences"), "train_seconds": round(train_s, 1),
                      "eval_seconds": round(time.time() - t0, 1), "trained_with": trained_with, "hyps": hyps}
@@ -720,13 +772,13 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             side = None
             ckpt = last if u == updates else _checkpoints_by_update(ckpt_dir).get(u)
             if ckpt is None:
-                ckpt, side = recover_checkpoint(name, seed, u, ckpt_dir, run_dir)
+                ckpt, side = recover_checkpoint(name, seed, u, ckpt_dir, run_dir, pin)
             for subset, ref_u, scored in (("test", ref, points), ("valid", valid_ref, valid_points)):
                 if u not in (missing if subset == "test" else missing_valid):
                     continue
                 t0 = time.time()
                 point_dir = os.path.dirname(_point_path(run_dir, u, subset))
-                kwargs = {"subset": subset} if subset != "test" else {}
+                kwargs = {"subset": subset, **pin} if subset != "test" else pin
                 res, hyps = eval_fn(data_bin, ckpt, ref_u, beam, os.path.join(point_dir, "eval"),
                                     gen_args=gen_args, **kwargs)
                 scored[u] = {"settings": settings, "updates": u, "subset": subset, "bleu": res["bleu"],
@@ -746,18 +798,16 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         atomically by fairseq, with the optimizer, schedule and data position of update U)
         in its place, so fairseq resumes from U as from any save; without one, train from
         the start. True when the training resumes."""
-        for u, path in sorted(_checkpoints_by_update(ckpt_dir).items(), reverse=True):
-            if _written_to_the_end(path):
-                shutil.copyfile(path, last + ".tmp")
-                os.replace(last + ".tmp", last)
-                log(f"[quality] {name} seed {seed}: {os.path.basename(last)} was cut off while it was written; "
-                    f"resuming from {os.path.basename(path)} ({u} updates)")
-                return True
+        restored = restore_last_from_newest_whole(ckpt_dir)
+        if restored:
+            log(f"[quality] {name} seed {seed}: {os.path.basename(last)} was cut off while it was written; "
+                f"resuming from {os.path.basename(restored)}")
+            return True
         log(f"[quality] {name} seed {seed}: {os.path.basename(last)} was cut off while it was written and no "
             "whole earlier checkpoint is left; its training starts again from the beginning")
         return False
 
-    def recover_checkpoint(name, seed, u, ckpt_dir, run_dir):
+    def recover_checkpoint(name, seed, u, ckpt_dir, run_dir, pin):
         """fairseq names a save that ends an epoch checkpointE.pt (which --no-epoch-checkpoints
         suppresses), not checkpoint_E_U.pt: when a curve point falls on an epoch's end,
         train again to exactly U from the latest earlier checkpoint (bit-exact on the same
@@ -776,7 +826,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         shutil.rmtree(side, ignore_errors=True)
         log(f"[quality] {name} seed {seed}: no checkpoint_E_{u}.pt ({u} updates ended an epoch); "
             f"training to {u} from {os.path.basename(start) if start else 'scratch'}")
-        kwargs = {"restore_file": start} if start else {}
+        kwargs = {"restore_file": start, **pin} if start else pin
         train_fn(data_bin, common, configs[name], u, seed, side,
                  os.path.join(run_dir, f"train.to{u}.log"), threads, **kwargs)
         return os.path.join(side, "checkpoint_last.pt"), side
@@ -851,7 +901,12 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     p.add_argument("--threads", type=int, default=0,
                    help="OMP/MKL threads of each training and generation run")
     p.add_argument("--jobs", type=int, default=1,
-                   help="runs at a time (e.g. 2 jobs x 1 thread on 2 cores)")
+                   help="runs at a time (e.g. 2 jobs x 1 thread on 2 cores; on a node with N GPUs, each "
+                        "run sees one of them: --jobs N puts one run on each, more jobs share them)")
+    p.add_argument("--all-gpus-per-run", action="store_true",
+                   help="let every run see all visible GPUs (fairseq-train then trains it data-parallel "
+                        "on all of them: N times the tokens per update of a one-GPU run); default: one "
+                        "GPU per run, so that the settings mean the same batch on any machine")
     p.add_argument("--n-samples", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--curve-updates", default="", metavar="U1,U2,...",
                    help="learning curve: also score the checkpoints at these update counts "
@@ -953,11 +1008,18 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(a.threads)
     os.makedirs(a.out_dir, exist_ok=True)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    gpus = None if "--cpu" in common else gpus_to_spread_over(a.all_gpus_per_run)
+    if not gpus and "--cpu" not in common and (_visible_gpu() or "").startswith("unknown"):
+        log(f"[quality] warning: GPU {_visible_gpu()}: runs are not given one GPU each (on a multi-GPU node "
+            "fairseq-train would train each on all of them)")
+    if gpus:
+        log(f"[quality] {len(gpus)} GPUs visible: each run sees one (CUDA_VISIBLE_DEVICES "
+            f"{', '.join(gpus)}), {a.jobs} run(s) at a time; --all-gpus-per-run to train each on all")
     try:
         results = run(configs, baselines, a.seeds, a.updates, common, data_bin, ref, a.out_dir,
                       a.beam, a.threads, a.gen_args, train_fn=train_fn, eval_fn=eval_fn, log=log,
                       jobs=a.jobs, curve_updates=curve_updates, keep_checkpoints=a.keep_checkpoints,
-                      valid_ref=valid_ref, imported=imported)
+                      valid_ref=valid_ref, imported=imported, gpus=gpus)
     except ImportedRunMismatch as error:  # found before any training
         p.error(f"--import-runs: {error}")
     used = {}

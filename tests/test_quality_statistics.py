@@ -24,6 +24,7 @@ import types
 import pytest
 
 from fairseq_ctx import quality_compare
+from fairseq_ctx.checkpoint_repair import written_to_the_end
 from fairseq_ctx.analysis.learning_curves import (
     checkpoint_at, checkpoints_by_update, parse_valid_log, plot_learning_curves)
 from fairseq_ctx.analysis.seed_statistics import curve_summary, seed_difference, wilcoxon_seeds_needed
@@ -341,10 +342,24 @@ class Fakes:
         self.train_calls, self.eval_calls, self.valid_calls = [], [], []
         self.fail_eval_at = None
         self.allow_resume = False
+        self.devices = []  # (what, config, seed, the CUDA_VISIBLE_DEVICES it was given or None)
+        self.at_barrier = None  # (threading.Barrier, list): trainings meet there in arrival order
+
+    def _device_of(self, what, path, extra_env):
+        parts = path.split(os.sep)
+        i = parts.index("runs")
+        device = (extra_env or {}).get("CUDA_VISIBLE_DEVICES")
+        self.devices.append((what, parts[i + 1], int(parts[i + 2][len("seed"):]), device))
+        return device
 
     def train(self, data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0,
-              curve_updates=(), restore_file=None):
+              curve_updates=(), restore_file=None, extra_env=None):
         arch = arch_args[1]
+        device = self._device_of("train", save_dir, extra_env)
+        if self.at_barrier:
+            barrier, arrivals = self.at_barrier
+            arrivals.append(device)
+            barrier.wait(timeout=30)
         self.train_calls.append({"arch": arch, "seed": seed, "updates": updates,
                                  "curve": tuple(curve_updates), "restore": restore_file})
         last = os.path.join(save_dir, "checkpoint_last.pt")
@@ -374,7 +389,8 @@ class Fakes:
             f.write("".join(line + "\n" for line in lines))
         return 0.1
 
-    def evaluate(self, data_bin, ckpt, ref, beam, out_dir, gen_args=(), subset="test"):
+    def evaluate(self, data_bin, ckpt, ref, beam, out_dir, gen_args=(), subset="test", extra_env=None):
+        self._device_of(subset, ckpt, extra_env)
         parts = ckpt.split(os.sep)
         i = parts.index("runs")
         name, seed = parts[i + 1], int(parts[i + 2][len("seed"):])
@@ -789,6 +805,114 @@ def test_provenance_names_the_gpu_unless_the_settings_say_cpu(qc, study, monkeyp
     assert q["runs"]["01-good"]["1"]["trained_with"]["gpu"] is None  # fairseq-train --cpu
 
 
+def _probe_answers(monkeypatch, qc, *answers):
+    """subprocess.run stand-ins for the GPU probe, one per call: an exception to raise or
+    (returncode, stdout, stderr)."""
+    calls = []
+
+    def fake_run(cmd, capture_output=None, text=None, timeout=None):
+        answer = answers[len(calls)]
+        calls.append(cmd)
+        if isinstance(answer, BaseException):
+            raise answer
+        return types.SimpleNamespace(returncode=answer[0], stdout=answer[1], stderr=answer[2])
+
+    monkeypatch.setattr(qc, "_GPU_PROBE", {})
+    monkeypatch.setattr(qc.subprocess, "run", fake_run)
+    return calls
+
+
+def test_a_failed_gpu_probe_is_named_and_asked_again(qc, monkeypatch):
+    import subprocess
+
+    calls = _probe_answers(monkeypatch, qc, subprocess.TimeoutExpired("python", 120),
+                           (1, "", "Traceback ...\nRuntimeError: CUDA driver initialization failed\n"),
+                           (0, "torch warns here\n", ""),
+                           (0, "2\nNVIDIA Test GPU\n", ""))
+    assert qc._visible_gpu() == "unknown (the GPU probe timed out)"
+    assert qc._visible_gpu() == ("unknown (the GPU probe failed: "
+                                 "['RuntimeError: CUDA driver initialization failed'])")
+    assert qc._visible_gpu().startswith("unknown (the GPU probe failed: exit status 0")
+    assert qc.gpus_to_spread_over() == ["0", "1"]  # asked again: it answers now
+    assert qc._visible_gpu() == "NVIDIA Test GPU (x2 visible)" and len(calls) == 4  # then kept
+
+
+@pytest.mark.parametrize("visible, expected", [("", ["0", "1", "2"]), ("4,6,7", ["4", "6", "7"]),
+                                               ("GPU-a1,GPU-b2,GPU-c3", ["GPU-a1", "GPU-b2", "GPU-c3"])])
+def test_the_devices_runs_are_spread_over_are_those_visible(qc, monkeypatch, visible, expected):
+    _probe_answers(monkeypatch, qc, (0, "3\nNVIDIA Test GPU\n", ""))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert qc.gpus_to_spread_over() == expected
+    assert qc.gpus_to_spread_over(all_gpus_per_run=True) is None
+
+
+def test_one_visible_gpu_or_none_is_not_pinned(qc, monkeypatch):
+    _probe_answers(monkeypatch, qc, (0, "1\nNVIDIA Test GPU\n", ""))
+    assert qc.gpus_to_spread_over() is None and qc._visible_gpu() == "NVIDIA Test GPU"
+    _probe_answers(monkeypatch, qc, (0, "0\n\n", ""))
+    assert qc.gpus_to_spread_over() is None and qc._visible_gpu() is None
+
+
+def test_on_a_multi_gpu_node_each_run_trains_and_is_scored_on_one_gpu_of_its_own(qc, study, monkeypatch, capsys):
+    import threading
+
+    monkeypatch.setattr(qc, "_GPU_PROBE", {"result": ("NVIDIA Test GPU", 2)})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    fk = study.fakes
+    fk.at_barrier = (threading.Barrier(2), [])
+    # 25 updates end an epoch: each run also trains to 25 in a side directory (recovery)
+    q = _main(qc, study, "--seeds", "1", "2", "--jobs", "2", "--valid-bleu", "--curve-updates", "25")
+    assert "2 GPUs visible: each run sees one (CUDA_VISIBLE_DEVICES 4, 5)" in capsys.readouterr().err
+    arrivals = fk.at_barrier[1]
+    # the trainings met in pairs: the two of a pair ran at the same time, on different GPUs
+    assert len(arrivals) == 8 and all({arrivals[i], arrivals[i + 1]} == {"4", "5"} for i in range(0, 8, 2))
+    assert sum(1 for w, *_ in fk.devices if w == "train") == 8
+    for name in ("00-transformer", "01-good"):
+        for seed in (1, 2):
+            used = {d for _, n, s, d in fk.devices if (n, s) == (name, seed)}
+            assert len(used) == 1, (name, seed, fk.devices)  # its training, test and valid scoring
+            assert q["runs"][name][str(seed)]["trained_with"]["gpu"] == (
+                f"NVIDIA Test GPU (x2 visible), this run on CUDA_VISIBLE_DEVICES={used.pop()} (one GPU per run)")
+    assert {w for w, *_ in fk.devices} == {"train", "test", "valid"}
+
+
+@pytest.mark.parametrize("how", ["--all-gpus-per-run", "--cpu in common", "--cpu in one config"])
+def test_runs_are_not_pinned_when_asked_to_use_all_gpus_or_the_cpu(qc, study, monkeypatch, how):
+    monkeypatch.setattr(qc, "_GPU_PROBE", {"result": ("NVIDIA Test GPU", 2)})
+    extra = ["--all-gpus-per-run"] if how == "--all-gpus-per-run" else []
+    if how == "--cpu in common":
+        (study.out.parent / "configs" / "train.common").write_text("--lr 1e-3 --disable-validation --cpu\n")
+    if how == "--cpu in one config":
+        (study.out.parent / "configs" / "01-good.args").write_text("--arch transformer_x --cpu\n")
+    _main(qc, study, "--seeds", "1", "--jobs", "2", *extra)
+    pinned = {n: d for _, n, _, d in study.fakes.devices}
+    assert pinned == ({"00-transformer": "0", "01-good": None} if how == "--cpu in one config"
+                      else {"00-transformer": None, "01-good": None})
+
+
+def test_the_gpu_given_to_a_run_reaches_fairseq_train_and_generate(qc, tmp_path, monkeypatch):
+    import fairseq_ctx.evaluation.generate as generate_module
+
+    envs = []
+
+    def fake_run(cmd, env=None, **kwargs):  # both modules call the one subprocess.run
+        envs.append((cmd[cmd.index("-m") + 1], env))
+        return types.SimpleNamespace(returncode=0, stdout="H-0\t-0.1\thello world\n", stderr="")
+
+    assert generate_module.subprocess is qc.subprocess
+    monkeypatch.setattr(qc.subprocess, "run", fake_run)
+    pin = {"CUDA_VISIBLE_DEVICES": "5"}
+    qc.train("bin", [], ["--arch", "transformer"], 10, 1, str(tmp_path / "ck"), str(tmp_path / "train.log"),
+             extra_env=pin)
+    (tmp_path / "test.en").write_text("hello world\n")
+    (tmp_path / "ck.pt").touch()
+    qc.evaluate(str(tmp_path), str(tmp_path / "ck.pt"), str(tmp_path / "test.en"), 5, str(tmp_path / "ev"),
+                extra_env=pin)
+    assert [(what, env["CUDA_VISIBLE_DEVICES"]) for what, env in envs] == [("fairseq_cli.train", "5"),
+                                                                            ("fairseq_cli.generate", "5")]
+    assert all("PATH" in env for _, env in envs)  # on top of this process's environment
+
+
 @pytest.mark.parametrize("words, depends", [
     (["--lr-scheduler", "inverse_sqrt"], False),
     ([], False),
@@ -816,7 +940,7 @@ def test_a_checkpoint_cut_off_while_written_is_not_resumed(qc, study, capsys, tm
     torch.save({"model": torch.zeros(1000)}, whole)
     cut = tmp_path / "cut.pt"
     cut.write_bytes(whole.read_bytes()[:-200])  # the zip's directory is at the end
-    assert qc._written_to_the_end(str(whole)) and not qc._written_to_the_end(str(cut))
+    assert written_to_the_end(str(whole)) and not written_to_the_end(str(cut))
     last.write_bytes(cut.read_bytes())
     study.fakes.allow_resume = False
     n_train = len(study.fakes.train_calls)
@@ -838,7 +962,7 @@ def test_damaged_checkpoints_are_told_from_whole_ones(qc, tmp_path, damage):
     whole = tmp_path / "whole.pt"
     torch.save({"model": torch.arange(20000.0)}, whole)
     data = whole.read_bytes()
-    assert qc._written_to_the_end(str(whole))
+    assert written_to_the_end(str(whole))
     if damage == "no data.pkl":  # a whole zip, but not one torch.save wrote
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w") as z:
@@ -851,7 +975,7 @@ def test_damaged_checkpoints_are_told_from_whole_ones(qc, tmp_path, damage):
                    "zeroed middle": data[:middle] + bytes(4096) + data[middle + 4096:]}[damage]
     path = tmp_path / "damaged.pt"
     path.write_bytes(damaged)
-    assert not qc._written_to_the_end(str(path))
+    assert not written_to_the_end(str(path))
 
 
 def test_a_cut_off_last_checkpoint_resumes_from_the_newest_whole_one(qc, study, tmp_path, capsys):
@@ -879,7 +1003,7 @@ def test_a_cut_off_last_checkpoint_resumes_from_the_newest_whole_one(qc, study, 
     assert len(fk.train_calls) == n_train + 1
     assert q["runs"]["00-transformer"]["1"]["resumed_at_update"] == 30
     captured = capsys.readouterr()
-    assert "resuming from checkpoint_2_30.pt (30 updates)" in captured.out + captured.err
+    assert "resuming from checkpoint_2_30.pt" in captured.out + captured.err
 
 
 def test_stale_checkpoints_of_other_settings_are_not_resumed(qc, study):

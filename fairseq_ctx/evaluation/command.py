@@ -47,8 +47,9 @@ def strip_concat(lines):
     return [strip_context(line) for line in lines]
 
 
-def run(args):
-    """Evaluate with resolved arguments (see :func:`parse`); returns what result.json holds."""
+def run(args, extra_env=None):
+    """Evaluate with resolved arguments (see :func:`parse`); returns what result.json holds.
+    ``extra_env``: variables for the fairseq-generate subprocess (see ``generate``)."""
     from ..data.tokenize import detokenizer, tokenizer
     from . import scoring
     from .generate import generate, parse_hypotheses
@@ -78,7 +79,7 @@ def run(args):
     if args.remove_bpe:
         extra += ["--remove-bpe", args.remove_bpe]  # overrides generate's default "@@ "
     output = generate(args.data, checkpoint, args.src, args.tgt, args.subset, args.beam, args.batch_size,
-                      extra + list(args.extra))
+                      extra + list(args.extra), extra_env=extra_env)
     hypotheses = parse_hypotheses(output, len(references))
     if args.strip_concat:
         hypotheses = strip_concat(hypotheses)
@@ -262,9 +263,9 @@ def describe(args):
             f"{args.compound_split}")
 
 
-def evaluate(argv):
+def evaluate(argv, extra_env=None):
     """The command as a function: ``evaluate(["--data", BIN, "--path", CKPT, ...])`` -> result.json's dict."""
-    return run(parse(argv))
+    return run(parse(argv), extra_env)
 
 
 def main(argv=None):

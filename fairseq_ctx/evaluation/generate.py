@@ -35,7 +35,9 @@ def parse_hypotheses(generate_output, expected):
     return [hyps[i] for i in range(expected)]
 
 
-def generate(data, path, src, tgt, subset="test", beam=5, batch_size=128, extra_args=()):
+def generate(data, path, src, tgt, subset="test", beam=5, batch_size=128, extra_args=(), extra_env=None):
+    """fairseq-generate's output; ``extra_env``: variables set for it on top of this
+    process's (e.g. CUDA_VISIBLE_DEVICES, to pin it to one GPU)."""
     cmd = [
         sys.executable, "-m", "fairseq_cli.generate", data,
         "--user-dir", USER_DIR, "--path", path, "--source-lang", src, "--target-lang", tgt,
@@ -45,6 +47,7 @@ def generate(data, path, src, tgt, subset="test", beam=5, batch_size=128, extra_
     ]
     # fairseq-generate needs the architectures: never pass on the data tools' opt-out
     env = {k: v for k, v in os.environ.items() if k != "FAIRSEQ_CTX_NO_MODELS"}
+    env.update(extra_env or {})
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"fairseq-generate failed ({proc.returncode}):\n{proc.stderr[-4000:]}")

@@ -31,6 +31,7 @@ import time
 from typing import Dict, List, Optional
 
 from ..atomic import atomic_write
+from ..checkpoint_repair import repair_before_resuming
 from ..paths import CHECKOUT, WORK_DIR
 from . import train as train_mod
 from .train import CONFIGS, PAPER_SETTING, ROOT
@@ -370,6 +371,13 @@ def _run_logged(cmd, log_path, env):
         return subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
 
 
+def _say(cell, log_path, message):
+    """A message about a cell, on stderr and in its log."""
+    print(f"cell {cell.name}: {message}", file=sys.stderr, flush=True)
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(message + "\n")
+
+
 def _tail(path, lines=12):
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -456,6 +464,8 @@ def run_cell(cell, setting, smoke, env, train_only=False):
             log = os.path.join(cell.train_dir, "train.log")
             record = provenance(cell, setting, smoke)  # the code as it was when training started
             record["started"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            # a job killed while fairseq copied checkpoint_last.pt would fail on every resubmission
+            repair_before_resuming(cell.train_dir, log=lambda message: _say(cell, log, message))
             code = _run_logged(cell.train_cmd, log, env)
             if code:
                 cell.status, cell.message = "FAILED", f"training exited {code}; log {log}"

@@ -34,6 +34,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
+from ..checkpoint_repair import repair_before_resuming
 from ..paths import CONFIGS, config_path
 from ..paths import IMPORT_ROOT as ROOT  # noqa: F401  (runner: child processes run from there)
 from ..paths import PACKAGE_DIR as USER_DIR
@@ -280,6 +281,7 @@ def main(argv=None):
     if args.dry_run:
         return
     os.makedirs(args.save_dir, exist_ok=True)
+    repair_before_resuming(args.save_dir, log=lambda message: print(f"train: {message}", file=sys.stderr, flush=True))
     sys.exit(subprocess.call(cmd))
 
 
