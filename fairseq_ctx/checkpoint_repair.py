@@ -1,23 +1,28 @@
 """A ``checkpoint_last.pt`` cut off while it was written, put right before fairseq resumes.
 
-fairseq 0.12 writes ``checkpoint_E_U.pt`` / ``checkpointE.pt`` atomically (to a temporary
-file, then renamed) and then *copies* the first of them onto ``checkpoint_last.pt`` in
-place. A job killed during that copy (pre-emption, a time limit, a crash) leaves a truncated
-``checkpoint_last.pt``, and every resubmission of the training fails on it ("PytorchStreamReader
-failed reading zip archive") until someone replaces it by hand. The drivers (quality_compare,
-the reproduce runner, ``fairseq-ctx-train``, demo.sh) do that here before they start fairseq-train.
+fairseq 0.12 saves a checkpoint by writing the first file that is due (``checkpointE.pt``,
+``checkpoint_E_U.pt``, ``checkpoint_best.pt``, ``checkpoint.best_*.pt``, in that order)
+atomically (to a temporary file, then renamed) and *copying* it in place onto the others,
+``checkpoint_last.pt`` last. A job killed during a copy (pre-emption, a time limit, a crash)
+leaves a truncated ``checkpoint_last.pt``, and every resubmission of the training fails on
+it ("PytorchStreamReader failed reading zip archive") until someone replaces it by hand.
+Under ``--no-epoch-checkpoints`` without interval saves (e.g. the iida2019 configs),
+``checkpoint_best.pt`` may be the only other copy of the training state, so every
+``checkpoint*.pt`` is a candidate, ranked by the update count stored in it (names and file
+times do not say it: best files carry none, copies reorder times). quality_compare, the
+reproduce runner and ``fairseq-ctx-train`` (node 0) do this before they start fairseq-train;
+by hand, before resubmitting a plain fairseq-train (never while a training writes there):
 
-Usage: python -m fairseq_ctx.checkpoint_repair SAVE_DIR
+    python -m fairseq_ctx.checkpoint_repair SAVE_DIR
+
+Not handled: names with ``--checkpoint-suffix`` or shard suffixes (FSDP, model parallel).
 """
 import os
-import re
 import shutil
 import sys
 import zipfile
 
 LAST = "checkpoint_last.pt"
-_INTERVAL = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")  # --save-interval-updates: epoch E, update U
-_EPOCH_END = re.compile(r"^checkpoint(\d+)\.pt$")  # the end of epoch E
 
 
 def written_to_the_end(checkpoint):
@@ -37,30 +42,46 @@ def written_to_the_end(checkpoint):
     return not cut and not head.startswith(b"\0")
 
 
-def training_position(name):
-    """Where in training fairseq wrote the checkpoint NAME, as a sortable key, or None for
-    one that is not a point of the training (last, best, averaged): checkpoint_E_U.pt is
-    update U of epoch E, checkpointE.pt the end of epoch E (after every checkpoint_E_U.pt,
-    before any checkpoint_{E+1}_U.pt). Names, not modification times: copies reorder those."""
-    m = _INTERVAL.match(name)
-    if m:
-        return int(m.group(1)), 0, int(m.group(2))
-    m = _EPOCH_END.match(name)
-    return (int(m.group(1)), 1, 0) if m else None
+def stored_updates(checkpoint):
+    """The update count a whole fairseq checkpoint was saved at (its optimizer history), or
+    None when it holds none (not a training checkpoint, or unreadable). The tensors are
+    memory-mapped, not read."""
+    import torch
+
+    try:
+        state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)
+        return int(state["optimizer_history"][-1]["num_updates"])
+    except Exception:  # noqa: BLE001  (any file that does not load is no resume point)
+        return None
+
+
+def _candidates(save_dir):
+    """checkpoint*.pt of SAVE_DIR but checkpoint_last.pt (and no suffixed / temporary names)."""
+    return [n for n in os.listdir(save_dir) if n.startswith("checkpoint") and n.endswith(".pt") and n != LAST
+            and "-shard" not in n]
 
 
 def restore_last_from_newest_whole(save_dir):
-    """Copy the newest whole checkpoint_E_U.pt / checkpointE.pt of SAVE_DIR over
+    """Copy the whole checkpoint of SAVE_DIR saved at the highest update count over
     checkpoint_last.pt (atomically) and return its path; None when there is none."""
-    points = [(training_position(n), n) for n in os.listdir(save_dir)]
-    for _, name in sorted((p for p in points if p[0] is not None), reverse=True):
+    points = []
+    for name in _candidates(save_dir):
         path = os.path.join(save_dir, name)
         if written_to_the_end(path):
-            tmp = os.path.join(save_dir, f"{LAST}.tmp{os.getpid()}")
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, os.path.join(save_dir, LAST))
-            return path
-    return None
+            updates = stored_updates(path)
+            if updates is not None:
+                points.append((updates, name, path))
+    if not points:
+        return None
+    _, _, path = max(points)
+    tmp = os.path.join(save_dir, f"{LAST}.tmp{os.getpid()}")
+    try:
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, os.path.join(save_dir, LAST))
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
 
 
 def repair_before_resuming(save_dir, log=print):
@@ -74,11 +95,14 @@ def repair_before_resuming(save_dir, log=print):
     restored = restore_last_from_newest_whole(save_dir)
     if restored:
         message = (f"{last} was cut off while it was written; fairseq resumes from a copy of "
-                   f"{os.path.basename(restored)}, the newest whole checkpoint")
+                   f"{os.path.basename(restored)} ({stored_updates(restored)} updates), the newest whole checkpoint")
     else:
-        os.replace(last, last + ".cut-off")
-        message = (f"{last} was cut off while it was written and no whole checkpoint_E_U.pt / checkpointE.pt "
-                   f"is left: the training starts from the beginning (the damaged file is now {LAST}.cut-off)")
+        try:
+            os.replace(last, last + ".cut-off")
+        except FileNotFoundError:  # another process moved it first
+            pass
+        message = (f"{last} was cut off while it was written and no whole checkpoint is left: the training "
+                   f"starts from the beginning (the damaged file is now {LAST}.cut-off)")
     log(message)
     return message
 
@@ -86,9 +110,12 @@ def repair_before_resuming(save_dir, log=print):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or argv[0].startswith("-"):
-        sys.exit(__doc__.strip().splitlines()[-1])
-    if os.path.isdir(argv[0]):
-        repair_before_resuming(argv[0], log=lambda m: print(f"checkpoint_repair: {m}", file=sys.stderr))
+        sys.exit("usage: python -m fairseq_ctx.checkpoint_repair SAVE_DIR")
+    if not os.path.isdir(argv[0]):
+        sys.exit(f"checkpoint_repair: {argv[0]} is not a directory")
+    said = repair_before_resuming(argv[0], log=lambda m: print(f"checkpoint_repair: {m}", file=sys.stderr))
+    if said is None:
+        print(f"checkpoint_repair: {os.path.join(argv[0], LAST)} is whole or absent: nothing to do", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -458,11 +458,16 @@ _GPU_PROBE = {}
 
 
 def _probe_gpus():
-    """(the first visible GPU's name or None, how many are visible), asked in a short-lived
-    subprocess: in the driver, CUDA would hold a context (GPU memory) for the whole
-    comparison. A failed probe gives ("unknown (why)", 0) and is asked again next time."""
-    if "result" in _GPU_PROBE:
-        return _GPU_PROBE["result"]
+    """(the first visible GPU's name or None, how many are visible), asked once per process
+    in a short-lived subprocess: in the driver, CUDA would hold a context (GPU memory) for
+    the whole comparison. A failed probe gives ("unknown (why)", 0), kept as well (a probe
+    that timed out is not waited for again at every run)."""
+    if "result" not in _GPU_PROBE:
+        _GPU_PROBE["result"] = _ask_for_gpus()
+    return _GPU_PROBE["result"]
+
+
+def _ask_for_gpus():
     probe = ("import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; "
              "print(n); print(torch.cuda.get_device_name(0) if n else '')")
     try:
@@ -474,8 +479,7 @@ def _probe_gpus():
         why = p.stderr.strip().splitlines()[-1:] or f"exit status {p.returncode}, output {p.stdout.strip()!r}"
         return f"unknown (the GPU probe failed: {why})", 0
     count = int(lines[-2])
-    _GPU_PROBE["result"] = (lines[-1].strip() or None, count) if count else (None, 0)
-    return _GPU_PROBE["result"]
+    return (lines[-1].strip() or None, count) if count else (None, 0)
 
 
 def _visible_gpu():
@@ -485,18 +489,29 @@ def _visible_gpu():
     return f"{name} (x{count} visible)" if count > 1 else name
 
 
-def gpus_to_spread_over(all_gpus_per_run=False):
+def gpus_to_spread_over(all_gpus_per_run=False, log=print):
     """The CUDA_VISIBLE_DEVICES values to give runs one each, or None (one GPU or none
     visible, or ``all_gpus_per_run``). fairseq-train trains on every visible GPU by default
     (distributed_world_size = device count): on a multi-GPU node each run would then be
     data-parallel with N times the tokens per update of the settings' one-device batch,
     and concurrent runs would share all GPUs. Entries of an existing CUDA_VISIBLE_DEVICES
-    (indices or UUIDs) are kept as written."""
+    (indices, UUIDs) are kept as written; MIG instances (a process sees only the first one
+    listed, so the probe counts one) are spread over as listed."""
     _, count = _probe_gpus()
-    if all_gpus_per_run or count < 2:
-        return None
     listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return listed[:count] if len(listed) >= count else [str(i) for i in range(count)]
+    if all_gpus_per_run:
+        return None
+    if len(listed) > 1 and any(d.startswith("MIG-") for d in listed):
+        return listed
+    if count < 2:
+        return None
+    if "CUDA_VISIBLE_DEVICES" not in os.environ:
+        return [str(i) for i in range(count)]
+    if len(listed) != count:
+        log(f"[quality] warning: CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']} lists {len(listed)} "
+            f"devices but {count} are visible: runs are not given one GPU each (each trains on all {count})")
+        return None
+    return listed
 
 
 class GpuSlots:
@@ -509,8 +524,9 @@ class GpuSlots:
 
     @contextlib.contextmanager
     def one(self, words):
-        """The device for one run (None: not pinned; also for a run whose settings say --cpu)."""
-        if not self.busy or "--cpu" in words:
+        """The device for one run (None: not pinned; also for a run whose settings say --cpu
+        or set --distributed-world-size, which one GPU could not give)."""
+        if not self.busy or "--cpu" in words or any(w.split("=")[0] == "--distributed-world-size" for w in words):
             yield None
             return
         with self.lock:
@@ -628,7 +644,7 @@ def _imported_run(rec, source, name, seed, settings, score_updates, valid_bleu):
 
 def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam=5,
         threads=0, gen_args=(), train_fn=train, eval_fn=evaluate, log=print, jobs=1,
-        curve_updates=(), keep_checkpoints=False, valid_ref=None, imported=None, gpus=None):
+        curve_updates=(), keep_checkpoints=False, valid_ref=None, imported=None, gpus=None, gpus_per_run=None):
     """Train + evaluate every (config, seed) not done already; returns results.
 
     Runs go seed by seed (every config's seed 1 before any seed 2), ``jobs`` at a time,
@@ -657,10 +673,14 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
 
     ``gpus``: CUDA_VISIBLE_DEVICES values (``gpus_to_spread_over``); each run's training
     and scoring subprocesses then see one of them (``GpuSlots``), recorded in its
-    "trained_with"; None: they see what this process sees.
+    "trained_with"; None: they see what this process sees. ``gpus_per_run``: N > 1 when
+    every run trains data-parallel on N GPUs (--all-gpus-per-run): part of each run's
+    settings, so such runs (N times the batch) never pair with one-device runs.
     """
     curve_updates = sorted({int(u) for u in curve_updates if int(u) < updates})
     settings_common = f"updates={updates} beam={beam} common={' '.join(common)} gen={' '.join(gen_args)}"
+    if gpus_per_run and gpus_per_run > 1:  # one-device runs (CPU, one GPU, pinned) keep the settings they had
+        settings_common += f" gpus_per_run={gpus_per_run}"
     results = {name: {} for name in configs}
     todo = []
     for seed in seeds:
@@ -1008,18 +1028,24 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(a.threads)
     os.makedirs(a.out_dir, exist_ok=True)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    gpus = None if "--cpu" in common else gpus_to_spread_over(a.all_gpus_per_run)
-    if not gpus and "--cpu" not in common and (_visible_gpu() or "").startswith("unknown"):
-        log(f"[quality] warning: GPU {_visible_gpu()}: runs are not given one GPU each (on a multi-GPU node "
-            "fairseq-train would train each on all of them)")
+    gpus, gpus_per_run = None, None
+    if "--cpu" not in common:
+        gpus = gpus_to_spread_over(a.all_gpus_per_run, log)
+        gpu_name, gpu_count = _probe_gpus()
+        gpus_per_run = gpu_count if a.all_gpus_per_run and gpu_count > 1 else None
+        if (gpu_name or "").startswith("unknown"):
+            log(f"[quality] warning: GPU {gpu_name}: runs are not given one GPU each (on a multi-GPU node "
+                "fairseq-train would train each on all of them)")
     if gpus:
-        log(f"[quality] {len(gpus)} GPUs visible: each run sees one (CUDA_VISIBLE_DEVICES "
+        log(f"[quality] {len(gpus)} GPUs: each run sees one (CUDA_VISIBLE_DEVICES "
             f"{', '.join(gpus)}), {a.jobs} run(s) at a time; --all-gpus-per-run to train each on all")
+        if a.jobs < len(gpus):
+            log(f"[quality] warning: --jobs {a.jobs} leaves {len(gpus) - a.jobs} of the {len(gpus)} GPUs idle")
     try:
         results = run(configs, baselines, a.seeds, a.updates, common, data_bin, ref, a.out_dir,
                       a.beam, a.threads, a.gen_args, train_fn=train_fn, eval_fn=eval_fn, log=log,
                       jobs=a.jobs, curve_updates=curve_updates, keep_checkpoints=a.keep_checkpoints,
-                      valid_ref=valid_ref, imported=imported, gpus=gpus)
+                      valid_ref=valid_ref, imported=imported, gpus=gpus, gpus_per_run=gpus_per_run)
     except ImportedRunMismatch as error:  # found before any training
         p.error(f"--import-runs: {error}")
     used = {}

@@ -8,13 +8,14 @@ import sys
 import pytest
 import torch
 
-from fairseq_ctx.checkpoint_repair import repair_before_resuming, training_position
+from fairseq_ctx.checkpoint_repair import repair_before_resuming, stored_updates
 from fairseq_ctx.reproduce import runner, tables
 from tests.conftest import TRAIN_DEFAULTS, USER_DIR, cli_env, fairseq_cli, run
 
 
-def _save(path, value):
-    torch.save({"model": torch.full((500,), float(value))}, path)
+def _save(path, updates):
+    """A checkpoint as fairseq stores the training position: the optimizer history."""
+    torch.save({"model": torch.full((500,), float(updates)), "optimizer_history": [{"num_updates": updates}]}, path)
     return path.read_bytes()
 
 
@@ -22,40 +23,33 @@ def _cut(path):
     path.write_bytes(path.read_bytes()[:-300])  # a zip's directory is at its end
 
 
-def test_checkpoints_are_ordered_by_where_training_wrote_them_not_by_name_or_time():
-    names = ["checkpoint_10_900.pt", "checkpoint2.pt", "checkpoint_2_150.pt", "checkpoint_3_210.pt",
-             "checkpoint_2_99.pt", "checkpoint1.pt", "checkpoint10.pt"]
-    ordered = sorted(names, key=training_position)
-    assert ordered == ["checkpoint1.pt", "checkpoint_2_99.pt", "checkpoint_2_150.pt", "checkpoint2.pt",
-                       "checkpoint_3_210.pt", "checkpoint_10_900.pt", "checkpoint10.pt"]
-    for other in ("checkpoint_last.pt", "checkpoint_best.pt", "checkpoint.best_loss_4.12.pt",
-                  "average_last5.pt", "checkpoint_last.pt.cut-off"):
-        assert training_position(other) is None
-
-
-def test_a_cut_off_last_is_replaced_by_the_newest_whole_checkpoint(tmp_path):
-    _save(tmp_path / "checkpoint1.pt", 1)
-    _save(tmp_path / "checkpoint_2_300.pt", 2)
-    newest_whole = _save(tmp_path / "checkpoint2.pt", 3)  # the end of epoch 2
-    _save(tmp_path / "checkpoint_3_500.pt", 4)
-    _cut(tmp_path / "checkpoint_3_500.pt")  # newer, but damaged too
-    _save(tmp_path / "checkpoint_best.pt", 5)  # whole, but not where training was
-    _save(tmp_path / "checkpoint_last.pt", 6)
+@pytest.mark.parametrize("newest", ["checkpoint_best.pt", "checkpoint2.pt", "checkpoint.best_loss_4.12.pt"])
+def test_a_cut_off_last_is_replaced_by_the_whole_checkpoint_saved_last_whatever_its_name(tmp_path, newest):
+    """Names and file times do not order fairseq's checkpoints: checkpoint_best.pt (a copy
+    of the last save that improved validation) may be the newest whole one, e.g. under
+    --no-epoch-checkpoints; an epoch checkpoint may be newer than an interval one."""
+    _save(tmp_path / "checkpoint_1_10.pt", 10)
+    for name, updates in {"checkpoint2.pt": 25, "checkpoint.best_loss_4.12.pt": 20, "checkpoint_best.pt": 15}.items():
+        _save(tmp_path / name, 30 if name == newest else updates)
+    newest_whole = (tmp_path / newest).read_bytes()
+    _save(tmp_path / "checkpoint_3_40.pt", 40)
+    _cut(tmp_path / "checkpoint_3_40.pt")  # newer, but damaged too
+    torch.save({"model": torch.zeros(3)}, tmp_path / "checkpoint_averaged.pt")  # whole, no training position
+    _save(tmp_path / "checkpoint_last.pt", 40)
     _cut(tmp_path / "checkpoint_last.pt")
-    os.utime(tmp_path / "checkpoint1.pt", (4e9, 4e9))  # copied last: the newest file, the oldest point
+    os.utime(tmp_path / "checkpoint_1_10.pt", (4e9, 4e9))  # copied last: the newest file, the oldest point
     said = []
     message = repair_before_resuming(str(tmp_path), log=said.append)
     assert (tmp_path / "checkpoint_last.pt").read_bytes() == newest_whole
-    assert said == [message] and "fairseq resumes from a copy of checkpoint2.pt" in message
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["checkpoint1.pt", "checkpoint_2_300.pt", "checkpoint2.pt", "checkpoint_3_500.pt", "checkpoint_best.pt",
-         "checkpoint_last.pt"])  # no temporary copy left
+    assert said == [message] and f"fairseq resumes from a copy of {newest} (30 updates)" in message
+    assert not [p.name for p in tmp_path.iterdir() if "tmp" in p.name]  # no temporary copy left
 
 
 def test_without_a_whole_checkpoint_the_cut_off_one_is_kept_aside_and_training_starts_over(tmp_path):
-    damaged = _save(tmp_path / "checkpoint_last.pt", 1)[:-300]
+    damaged = _save(tmp_path / "checkpoint_last.pt", 7)[:-300]
     (tmp_path / "checkpoint_last.pt").write_bytes(damaged)
-    _save(tmp_path / "checkpoint_best.pt", 2)
+    _save(tmp_path / "checkpoint_best.pt", 5)
+    _cut(tmp_path / "checkpoint_best.pt")
     message = repair_before_resuming(str(tmp_path), log=lambda m: None)
     assert not (tmp_path / "checkpoint_last.pt").exists()
     assert (tmp_path / "checkpoint_last.pt.cut-off").read_bytes() == damaged
@@ -65,9 +59,15 @@ def test_without_a_whole_checkpoint_the_cut_off_one_is_kept_aside_and_training_s
 def test_a_whole_or_absent_last_is_left_alone(tmp_path):
     assert repair_before_resuming(str(tmp_path), log=pytest.fail) is None
     whole = _save(tmp_path / "checkpoint_last.pt", 1)
-    _save(tmp_path / "checkpoint_2_300.pt", 2)
+    _save(tmp_path / "checkpoint_best.pt", 2)
     assert repair_before_resuming(str(tmp_path), log=pytest.fail) is None
     assert (tmp_path / "checkpoint_last.pt").read_bytes() == whole
+
+
+def test_the_command_refuses_a_directory_that_is_not_there(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "fairseq_ctx.checkpoint_repair", str(tmp_path / "typo")],
+                          capture_output=True, text=True, env=cli_env())
+    assert proc.returncode == 1 and "is not a directory" in proc.stderr
 
 
 def test_the_reproduce_runner_repairs_before_it_resumes_a_cell(tmp_path, capsys):
@@ -77,8 +77,8 @@ def test_the_reproduce_runner_repairs_before_it_resumes_a_cell(tmp_path, capsys)
     cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path), str(tmp_path))[0]
     os.makedirs(cell.train_dir)
     save_dir = tmp_path.joinpath(cell.train_dir)
-    whole = _save(save_dir / "checkpoint_3_900.pt", 1)
-    _save(save_dir / "checkpoint_last.pt", 2)
+    whole = _save(save_dir / "checkpoint_3_900.pt", 900)
+    _save(save_dir / "checkpoint_last.pt", 950)
     _cut(save_dir / "checkpoint_last.pt")
     # the training command reports what it would resume from, then fails the cell
     cell.train_cmd = [sys.executable, "-c", f"import sys; sys.exit(3 if open({str(save_dir / 'checkpoint_last.pt')!r}, "
@@ -91,26 +91,29 @@ def test_the_reproduce_runner_repairs_before_it_resumes_a_cell(tmp_path, capsys)
 
 def test_fairseq_train_resumes_from_a_repaired_directory(tiny_data_bin, tmp_path):
     """Real fairseq-train: killed while copying checkpoint_last.pt, it cannot resume; after
-    `python -m fairseq_ctx.checkpoint_repair` it resumes at the newest whole checkpoint's update."""
+    `python -m fairseq_ctx.checkpoint_repair` it resumes where the newest whole checkpoint
+    was saved: here checkpoint_best.pt (update 4), the interval checkpoint of update 4 being
+    damaged too and the one of update 2 older."""
     save_dir = tmp_path / "checkpoints"
     train = fairseq_cli("train", str(tiny_data_bin), "--user-dir", USER_DIR, *TRAIN_DEFAULTS, "--arch", "transformer",
                         "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
                         "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
                         "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-                        "--save-interval-updates", "2", "--disable-validation", "--save-dir", str(save_dir))
+                        "--save-interval-updates", "2", "--validate-interval-updates", "2", "--save-dir", str(save_dir))
     run([*train, "--max-update", "4"])
-    assert (save_dir / "checkpoint_1_2.pt").exists() and (save_dir / "checkpoint_1_4.pt").exists()
+    assert stored_updates(str(save_dir / "checkpoint_1_2.pt")) == 2
+    assert stored_updates(str(save_dir / "checkpoint_best.pt")) == 4  # validation improved at update 4
     _cut(save_dir / "checkpoint_last.pt")
-    _cut(save_dir / "checkpoint_1_4.pt")  # the newest interval checkpoint is damaged as well
+    _cut(save_dir / "checkpoint_1_4.pt")
     broken = subprocess.run([*train, "--max-update", "6"], capture_output=True, text=True, env=cli_env())
     assert broken.returncode != 0  # what a resubmitted job meets without the repair
     repaired = subprocess.run([sys.executable, "-m", "fairseq_ctx.checkpoint_repair", str(save_dir)],
                               capture_output=True, text=True, env=cli_env())
-    assert repaired.returncode == 0 and "the newest whole checkpoint" in repaired.stderr
+    assert repaired.returncode == 0 and "a copy of checkpoint_best.pt (4 updates)" in repaired.stderr
     resumed = run([*train, "--max-update", "6"])
     log = resumed.stdout + resumed.stderr
-    assert "checkpoint_last.pt (epoch 1 @ 2 updates)" in log, log[-3000:]  # checkpoint_1_2.pt
-    assert "num_updates=3," in log and "num_updates=1," not in log  # went on, did not start over
+    assert "checkpoint_last.pt (epoch 1 @ 4 updates)" in log, log[-3000:]
+    assert "num_updates=5," in log and "num_updates=1," not in log  # went on, did not start over
     assert "Stopping training due to num_updates: 6 >= max_update: 6" in log
 
 
@@ -119,13 +122,19 @@ def test_fairseq_ctx_train_repairs_before_it_starts_fairseq(tmp_path, monkeypatc
 
     save_dir = tmp_path / "checkpoints"
     save_dir.mkdir()
-    whole = _save(save_dir / "checkpoint_1_10.pt", 1)
-    _save(save_dir / "checkpoint_last.pt", 2)
-    _cut(save_dir / "checkpoint_last.pt")
+    whole = _save(save_dir / "checkpoint_1_10.pt", 10)
+    _save(save_dir / "checkpoint_last.pt", 12)
+    cut = (save_dir / "checkpoint_last.pt").read_bytes()[:-300]
     started_with = []
     monkeypatch.setattr(train.subprocess, "call",
                         lambda cmd: started_with.append((save_dir / "checkpoint_last.pt").read_bytes()) or 0)
+    common = ["yang2019/both.args", "cpu", "--data", str(tmp_path), "--save-dir", str(save_dir)]
+    # node 1 of two (torchrun: the same command on every node) leaves the shared directory to node 0
+    (save_dir / "checkpoint_last.pt").write_bytes(cut)
+    with pytest.raises(SystemExit):
+        train.main([*common, "--launcher", "torchrun", "--nnodes", "2", "--node-rank", "1", "--master-addr", "n0"])
+    assert started_with == [cut]
     with pytest.raises(SystemExit) as exit_:
-        train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path), "--save-dir", str(save_dir)])
-    assert exit_.value.code == 0 and started_with == [whole]
+        train.main(common)
+    assert exit_.value.code == 0 and started_with == [cut, whole]
     assert "train: " in capsys.readouterr().err

@@ -75,23 +75,39 @@ def test_failed_step_leaves_nothing_that_looks_complete_and_rerun_recovers(tiny_
     assert (out / "bin" / "dict.en.txt").exists() and not (out / "bin.partial").exists()
 
 
-@pytest.mark.parametrize("missing", ["jieba", "fairseq-preprocess"])
-def test_a_missing_tool_fails_before_any_step_with_one_line(tmp_path, missing):
+@pytest.mark.parametrize("missing, pair, message", [
+    ("jieba", "zh-en", "cannot import jieba: run this in the environment fairseq-ctx is installed in"),
+    ("fugashi", "ja-en", "cannot import fugashi: Japanese needs the ja extra"),
+    ("fairseq-preprocess", "zh-en", "fairseq-preprocess not found"),
+])
+def test_a_missing_tool_fails_before_any_step_with_one_line(tmp_path, missing, pair, message):
     """Run with a python that lacks a tokeniser (or without fairseq-preprocess on PATH), the
     preparation stops before the download and first step, not with a traceback after them."""
     env_extra = {"FAIRSEQ_PREPROCESS": str(tmp_path / "nowhere" / "fairseq-preprocess")}
-    if missing == "jieba":
+    if missing != "fairseq-preprocess":
         site = tmp_path / "site"
         site.mkdir()
-        (site / "sitecustomize.py").write_text("import sys\nsys.modules['jieba'] = None  # not installed\n")
+        (site / "sitecustomize.py").write_text(f"import sys\nsys.modules['{missing}'] = None  # not installed\n")
         env_extra = {"PYTHONPATH": str(site)}
     out = tmp_path / "out"
-    proc = prepare("--out", str(out), "--limit", "400", env_extra=env_extra)
+    proc = prepare("--pair", pair, "--out", str(out), "--limit", "400", env_extra=env_extra)
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
-    assert (f"cannot import {missing}: run this in the environment fairseq-ctx is installed in" if missing == "jieba"
-            else "fairseq-preprocess not found") in proc.stderr
+    assert message in proc.stderr
     assert not out.exists()
+
+
+def test_the_tool_check_ignores_startup_noise_and_takes_a_preprocess_command_line(tmp_path):
+    """A site's startup message on stderr is not a missing module, and FAIRSEQ_PREPROCESS may
+    be a command line (binarize expands it unquoted)."""
+    import sys
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nprint('note: site customised', file=sys.stderr)\n")
+    proc = prepare("--out", str(tmp_path / "out"), "--archive", str(tmp_path / "nope.whl"),
+                   env_extra={"PYTHONPATH": str(site), "FAIRSEQ_PREPROCESS": f"{sys.executable} -m fairseq_cli.preprocess"})
+    assert proc.returncode == 2 and "corpus archive not found" in proc.stderr, proc.stderr  # past the check
 
 
 def test_missing_archive_is_one_clear_error(tmp_path):

@@ -24,7 +24,7 @@ import types
 import pytest
 
 from fairseq_ctx import quality_compare
-from fairseq_ctx.checkpoint_repair import written_to_the_end
+from fairseq_ctx.checkpoint_repair import stored_updates, written_to_the_end
 from fairseq_ctx.analysis.learning_curves import (
     checkpoint_at, checkpoints_by_update, parse_valid_log, plot_learning_curves)
 from fairseq_ctx.analysis.seed_statistics import curve_summary, seed_difference, wilcoxon_seeds_needed
@@ -333,6 +333,14 @@ def _loss(arch, seed, u):
     return 10 - 3 * u / UPDATES - (0.4 if arch == "transformer_x" else 0.0) + 0.05 * seed
 
 
+def _fake_checkpoint_updates(path):
+    """The fakes write a checkpoint as its update count in text; a test may put a real
+    torch checkpoint (with fairseq's optimizer history) in its place."""
+    with open(path, "rb") as f:
+        data = f.read()
+    return stored_updates(path) if data.startswith(b"PK") else int(data)
+
+
 class Fakes:
     """fairseq-train / fairseq-ctx-evaluate stand-ins that behave like them where the
     driver cares: checkpoint names, epoch ends, validation lines, resume."""
@@ -367,8 +375,7 @@ class Fakes:
         lines = []
         if os.path.exists(last):  # fairseq resumes from it
             assert self.allow_resume, "would resume"
-            with open(last) as f:
-                start = int(f.read())
+            start = _fake_checkpoint_updates(last)
             lines.append(f"2026-11-25 08:00:07 | INFO | fairseq.trainer | Loaded checkpoint {last} "
                          f"(epoch {start // EPOCH + 1} @ {start} updates)")
         os.makedirs(save_dir, exist_ok=True)
@@ -399,8 +406,7 @@ class Fakes:
         if m:
             u = int(m.group(1))
         else:  # checkpoint_last.pt: of the run, or of a to{U} side training
-            with open(ckpt) as f:
-                u = int(f.read())
+            u = _fake_checkpoint_updates(ckpt)
         assert os.path.basename(ref) == f"{subset}.en"  # the subset's own references
         (self.eval_calls if subset == "test" else self.valid_calls).append((name, seed, u))
         if self.fail_eval_at == u:
@@ -822,28 +828,58 @@ def _probe_answers(monkeypatch, qc, *answers):
     return calls
 
 
-def test_a_failed_gpu_probe_is_named_and_asked_again(qc, monkeypatch):
+@pytest.mark.parametrize("answer, named", [
+    ("timeout", "unknown (the GPU probe timed out)"),
+    ((1, "", "Traceback ...\nRuntimeError: CUDA driver initialization failed\n"),
+     "unknown (the GPU probe failed: ['RuntimeError: CUDA driver initialization failed'])"),
+    ((0, "torch warns here\n", ""), "unknown (the GPU probe failed: exit status 0, output 'torch warns here')"),
+])
+def test_a_failed_gpu_probe_is_named_asked_once_and_pins_nothing(qc, monkeypatch, capsys, answer, named):
     import subprocess
 
-    calls = _probe_answers(monkeypatch, qc, subprocess.TimeoutExpired("python", 120),
-                           (1, "", "Traceback ...\nRuntimeError: CUDA driver initialization failed\n"),
-                           (0, "torch warns here\n", ""),
-                           (0, "2\nNVIDIA Test GPU\n", ""))
-    assert qc._visible_gpu() == "unknown (the GPU probe timed out)"
-    assert qc._visible_gpu() == ("unknown (the GPU probe failed: "
-                                 "['RuntimeError: CUDA driver initialization failed'])")
-    assert qc._visible_gpu().startswith("unknown (the GPU probe failed: exit status 0")
-    assert qc.gpus_to_spread_over() == ["0", "1"]  # asked again: it answers now
-    assert qc._visible_gpu() == "NVIDIA Test GPU (x2 visible)" and len(calls) == 4  # then kept
+    calls = _probe_answers(monkeypatch, qc, subprocess.TimeoutExpired("python", 120) if answer == "timeout" else answer)
+    assert qc._visible_gpu() == named
+    assert qc.gpus_to_spread_over() is None and qc._visible_gpu() == named
+    assert len(calls) == 1  # not waited for again at every run
 
 
-@pytest.mark.parametrize("visible, expected", [("", ["0", "1", "2"]), ("4,6,7", ["4", "6", "7"]),
+@pytest.mark.parametrize("visible, expected", [(None, ["0", "1", "2"]), ("4,6,7", ["4", "6", "7"]),
                                                ("GPU-a1,GPU-b2,GPU-c3", ["GPU-a1", "GPU-b2", "GPU-c3"])])
 def test_the_devices_runs_are_spread_over_are_those_visible(qc, monkeypatch, visible, expected):
     _probe_answers(monkeypatch, qc, (0, "3\nNVIDIA Test GPU\n", ""))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert qc.gpus_to_spread_over() == expected
     assert qc.gpus_to_spread_over(all_gpus_per_run=True) is None
+
+
+def test_mig_instances_are_spread_over_as_listed(qc, monkeypatch):
+    # a process sees only the first MIG instance listed: the probe counts one
+    _probe_answers(monkeypatch, qc, (0, "1\nNVIDIA A100 MIG 1g.10gb\n", ""))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-aaa,MIG-bbb")
+    assert qc.gpus_to_spread_over() == ["MIG-aaa", "MIG-bbb"]
+
+
+def test_a_device_list_that_disagrees_with_the_probe_is_not_pinned_and_said(qc, monkeypatch):
+    _probe_answers(monkeypatch, qc, (0, "2\nNVIDIA Test GPU\n", ""))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,7")  # 7 does not exist: CUDA stops there
+    said = []
+    assert qc.gpus_to_spread_over(log=said.append) is None
+    assert len(said) == 1 and "lists 3 devices but 2 are visible" in said[0]
+
+
+def test_a_gpu_is_free_again_when_its_run_ends(qc):
+    slots = qc.GpuSlots(["a", "b"])
+    with slots.one([]) as first:
+        with slots.one([]) as second:
+            assert (first, second) == ("a", "b")
+        with slots.one([]) as third:  # b was given back; a is still busy
+            assert third == "b"
+    assert slots.busy == {"a": 0, "b": 0}
+    with slots.one(["--distributed-world-size", "2"]) as several, slots.one(["--cpu"]) as cpu:
+        assert several is None and cpu is None  # one GPU could not hold them
 
 
 def test_one_visible_gpu_or_none_is_not_pinned(qc, monkeypatch):
@@ -862,7 +898,8 @@ def test_on_a_multi_gpu_node_each_run_trains_and_is_scored_on_one_gpu_of_its_own
     fk.at_barrier = (threading.Barrier(2), [])
     # 25 updates end an epoch: each run also trains to 25 in a side directory (recovery)
     q = _main(qc, study, "--seeds", "1", "2", "--jobs", "2", "--valid-bleu", "--curve-updates", "25")
-    assert "2 GPUs visible: each run sees one (CUDA_VISIBLE_DEVICES 4, 5)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "2 GPUs: each run sees one (CUDA_VISIBLE_DEVICES 4, 5)" in err and "idle" not in err
     arrivals = fk.at_barrier[1]
     # the trainings met in pairs: the two of a pair ran at the same time, on different GPUs
     assert len(arrivals) == 8 and all({arrivals[i], arrivals[i + 1]} == {"4", "5"} for i in range(0, 8, 2))
@@ -888,6 +925,25 @@ def test_runs_are_not_pinned_when_asked_to_use_all_gpus_or_the_cpu(qc, study, mo
     pinned = {n: d for _, n, _, d in study.fakes.devices}
     assert pinned == ({"00-transformer": "0", "01-good": None} if how == "--cpu in one config"
                       else {"00-transformer": None, "01-good": None})
+
+
+def test_fewer_jobs_than_gpus_is_said(qc, study, monkeypatch, capsys):
+    monkeypatch.setattr(qc, "_GPU_PROBE", {"result": ("NVIDIA Test GPU", 4)})
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    assert "--jobs 1 leaves 3 of the 4 GPUs idle" in capsys.readouterr().err
+
+
+def test_runs_trained_on_all_gpus_are_not_paired_or_reused_with_one_device_runs(qc, study, monkeypatch):
+    monkeypatch.setattr(qc, "_GPU_PROBE", {"result": ("NVIDIA Test GPU", 2)})
+    q1 = _main(qc, study, "--seeds", "1")  # one GPU per run
+    n_train = len(study.fakes.train_calls)
+    q2 = _main(qc, study, "--seeds", "1", "--all-gpus-per-run")  # twice the batch: trained again
+    assert len(study.fakes.train_calls) == n_train + 2
+    assert "gpus_per_run=2" in q2["runs"]["00-transformer"]["1"]["settings"]
+    assert "gpus_per_run" not in q1["runs"]["00-transformer"]["1"]["settings"]
+    _main(qc, study, "--seeds", "1")
+    assert len(study.fakes.train_calls) == n_train + 4  # and back: the one-GPU runs of settings of their own
 
 
 def test_the_gpu_given_to_a_run_reaches_fairseq_train_and_generate(qc, tmp_path, monkeypatch):
@@ -982,6 +1038,8 @@ def test_a_cut_off_last_checkpoint_resumes_from_the_newest_whole_one(qc, study, 
     """With curve points fairseq writes checkpoint_E_U.pt atomically and copies it to
     checkpoint_last.pt: when the copy is cut off, the run resumes from the newest whole
     checkpoint_E_U.pt instead of training again from the start."""
+    import torch
+
     fk = study.fakes
     fk.fail_eval_at, fk.allow_resume = UPDATES, True
     curve = ("--curve-updates", "10,20,40")
@@ -994,7 +1052,7 @@ def test_a_cut_off_last_checkpoint_resumes_from_the_newest_whole_one(qc, study, 
         by_update.pop(u).unlink()
     assert sorted(by_update) == [10, 20, 30, 40]  # (50 ended an epoch: no checkpoint_E_50.pt)
     for u in (10, 20, 30):
-        by_update[u].write_text(str(u))  # the fakes' checkpoint format: the update count
+        torch.save({"optimizer_history": [{"num_updates": u}]}, by_update[u])  # as fairseq stores it
     by_update[40].write_bytes(b"PK\x03\x04" + bytes(50))  # damaged too: the newest whole one is 30
     (ck / "checkpoint_last.pt").write_bytes(b"PK\x03")  # cut off during the copy
     fk.fail_eval_at = None

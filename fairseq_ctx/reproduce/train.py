@@ -281,7 +281,9 @@ def main(argv=None):
     if args.dry_run:
         return
     os.makedirs(args.save_dir, exist_ok=True)
-    repair_before_resuming(args.save_dir, log=lambda message: print(f"train: {message}", file=sys.stderr, flush=True))
+    if args.node_rank == 0:  # one node repairs the shared directory; the others would race it
+        repair_before_resuming(args.save_dir, log=lambda message: print(f"train: {message}", file=sys.stderr,
+                                                                         flush=True))
     sys.exit(subprocess.call(cmd))
 
 

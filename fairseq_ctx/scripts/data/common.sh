@@ -16,16 +16,25 @@ die() { echo "$prog: $*" >&2; exit 2; }
 # said in one line before any step (download, extraction) runs, not in a traceback after it.
 # require_tools LANG...: the tokenisers of these languages as well
 require_tools() {
-    local missing
+    local missing errors
+    errors=$(mktemp)
+    # stdout only: a site's startup messages on stderr are not missing modules
     missing=$($PY -c 'import importlib.util, sys
 by_lang = {"zh": ["jieba"], "ja": ["fugashi", "unidic_lite"]}
 need = ["fairseq_ctx", "sacremoses", "subword_nmt", "sentencepiece"] + [m for l in sys.argv[1:] for m in by_lang.get(l, [])]
-print(" ".join(m for m in need if importlib.util.find_spec(m) is None))' "$@" 2>&1) \
-        || missing="anything (${missing##*$'\n'})"
+print(" ".join(m for m in need if importlib.util.find_spec(m) is None))' "$@" 2>"$errors") \
+        || missing="anything ($(tail -n 1 "$errors"))"
+    rm -f "$errors"
+    case " $missing " in
+        " fugashi "*|" unidic_lite "*|" fugashi unidic_lite ")
+            die "$PY cannot import $missing: Japanese needs the ja extra (pip install 'fairseq-ctx[ja]'," \
+                "or pip install -e '.[ja]' in a checkout)" ;;
+    esac
     [ -z "$missing" ] || die "$PY cannot import $missing: run this in the environment fairseq-ctx is" \
         "installed in (\`make setup\` and \`. .venv/bin/activate\` in a checkout; or the installed" \
         "\`fairseq-ctx-prepare-data\`), or set PY=/path/to/its/python"
-    command -v "$FAIRSEQ_PREPROCESS" > /dev/null \
+    # its first word: FAIRSEQ_PREPROCESS may be a command line ("python -m fairseq_cli.preprocess")
+    command -v "${FAIRSEQ_PREPROCESS%% *}" > /dev/null \
         || die "$FAIRSEQ_PREPROCESS not found: activate the environment fairseq is installed in, or set FAIRSEQ_PREPROCESS"
 }
 
