@@ -12,7 +12,13 @@
 # default all, e.g. DEMO_ROWS='00-*'), DEMO_DIR (default work/demo), DEMO_SEED (1),
 # DEMO_BEAM (default: the demo's evaluation setting, fairseq_ctx/evaluation/defaults.py), DEMO_JOBS, DEMO_THREADS, DEMO_PREP_ARGS (extra
 # scripts/prepare-tatoeba.sh options, e.g. a smaller slice), DEMO_GEN_ARGS (extra
-# fairseq-generate options). Rows already finished with the same settings are reused.
+# fairseq-generate options), DEMO_ALL_GPUS=1 (see below). Rows already finished with the same
+# settings are reused.
+#
+# GPUs: fairseq-train trains on every GPU it sees (data-parallel: N times the settings'
+# tokens per update). On a node with several (nvidia-smi -L, or the entries of
+# CUDA_VISIBLE_DEVICES), each row sees one of them, round-robin in row order, so that every
+# row trains with the one-device batch of the table; DEMO_ALL_GPUS=1 gives every row all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEMO_UPDATES=${DEMO_UPDATES:-400}
@@ -43,16 +49,29 @@ if [ -z "${DEMO_THREADS:-}" ]; then
     DEMO_THREADS=$(( $(nproc) / together > 0 ? $(nproc) / together : 1 ))
 fi
 
+gpus=()
+if [ -z "${DEMO_ALL_GPUS:-}" ]; then
+    if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+        IFS=, read -r -a gpus <<< "$CUDA_VISIBLE_DEVICES"
+    elif command -v nvidia-smi > /dev/null; then
+        n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+        [ "${n:-0}" -gt 0 ] && gpus=($(seq 0 $((n - 1))))
+    fi
+    [ "${#gpus[@]}" -gt 1 ] || gpus=()
+fi
+
 run_row() {
     local row=$1 dir=$DEMO_DIR/runs/$1 settings t0 t1
     local -a arch_args
     read -r -a arch_args < "fairseq_ctx/configs/demo/$row.args"
     settings="updates=$DEMO_UPDATES seed=$DEMO_SEED beam=$DEMO_BEAM gen=$DEMO_GEN_ARGS $(cat fairseq_ctx/configs/demo/train.common "fairseq_ctx/configs/demo/$row.args" | tr '\n' ' ')"
+    # data-parallel rows (another batch) are never reused as one-device rows, nor the reverse
+    [ -z "${DEMO_ALL_GPUS:-}" ] || settings="$settings all_gpus"
     if [ -f "$dir/bleu.json" ] && [ "$(cat "$dir/settings" 2>/dev/null)" = "$settings" ]; then
         echo "demo: $row: done already"; return 0
     fi
     rm -rf "$dir"; mkdir -p "$dir"
-    echo "demo: $row: training $DEMO_UPDATES updates ($(date +%T))"
+    echo "demo: $row: training $DEMO_UPDATES updates ($(date +%T))${CUDA_VISIBLE_DEVICES:+ on CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES}"
     t0=$(date +%s)
     OMP_NUM_THREADS=$DEMO_THREADS fairseq-train "$data/bin" --user-dir fairseq_ctx "${common[@]}" "${arch_args[@]}" \
         --max-update "$DEMO_UPDATES" --seed "$DEMO_SEED" --save-dir "$dir/checkpoints" > "$dir/train.log" 2>&1 \
@@ -69,10 +88,16 @@ run_row() {
 }
 
 pids=()
+i=0
 for row in "${rows[@]}"; do
     while [ "$(jobs -rp | wc -l)" -ge "$DEMO_JOBS" ]; do wait -n || true; done
-    run_row "$row" &
+    if [ "${#gpus[@]}" -gt 0 ]; then
+        (export CUDA_VISIBLE_DEVICES=${gpus[i % ${#gpus[@]}]}; run_row "$row") &
+    else
+        run_row "$row" &
+    fi
     pids+=($!)
+    i=$((i + 1))
 done
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done

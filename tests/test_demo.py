@@ -7,11 +7,13 @@ import subprocess
 from tests.conftest import ROOT, TINY_TEST_SENTENCES, cli_env
 
 
-def run_demo(demo_dir):
+def run_demo(demo_dir, env_extra=None):
     env = cli_env()
+    env.pop("CUDA_VISIBLE_DEVICES", None)
     env.update(DEMO_DIR=str(demo_dir), DEMO_ROWS="00-*", DEMO_UPDATES="2", DEMO_BEAM="2",
                DEMO_GEN_ARGS="--max-len-b 5",
                DEMO_PREP_ARGS=f"--limit 400 --valid-size 20 --test-size {TINY_TEST_SENTENCES} --merges 300")
+    env.update(env_extra or {})
     return subprocess.run(["bash", os.path.join(ROOT, "scripts", "demo.sh")], capture_output=True, text=True,
                           env=env, cwd=ROOT)
 
@@ -34,3 +36,22 @@ def test_demo_trains_a_row_scores_every_sentence_and_prints_the_table(tiny_corpu
     again = run_demo(demo_dir)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "00-transformer: done already" in again.stdout and "training" not in again.stdout
+
+
+def test_on_a_node_with_several_gpus_each_row_sees_one(tiny_corpus, tmp_path):
+    """fairseq-train would train every row data-parallel on all GPUs (another batch than the
+    table's); demo.sh gives each row one, round-robin in row order (a stand-in nvidia-smi
+    lists two; the rows still train on this machine's CPU)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA Test (UUID: GPU-a)'\necho 'GPU 1: NVIDIA Test (UUID: GPU-b)'\n")
+    smi.chmod(0o755)
+    demo_dir = tmp_path / "demo"
+    shutil.copytree(tiny_corpus, demo_dir / "data")
+    env = {"PATH": f"{bin_dir}{os.pathsep}{cli_env()['PATH']}", "DEMO_ROWS": "0[01]-*", "DEMO_JOBS": "2"}
+    first = run_demo(demo_dir, env)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-4000:]
+    assert "00-transformer: training 2 updates" in first.stdout and "01-" in first.stdout
+    lines = [line for line in first.stdout.splitlines() if ": training 2 updates" in line]
+    assert [line.rsplit(" ", 1)[-1] for line in lines] == ["CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"]
