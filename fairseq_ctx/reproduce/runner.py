@@ -465,7 +465,9 @@ def run_cell(cell, setting, smoke, env, train_only=False):
             record = provenance(cell, setting, smoke)  # the code as it was when training started
             record["started"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             # a job killed while fairseq copied checkpoint_last.pt would fail on every resubmission
-            repair_before_resuming(cell.train_dir, log=lambda message: _say(cell, log, message))
+            repaired = repair_before_resuming(cell.train_dir, log=lambda message: _say(cell, log, message))
+            if repaired:
+                record["checkpoint_repair"] = repaired  # resumed from an earlier save, or started over
             code = _run_logged(cell.train_cmd, log, env)
             if code:
                 cell.status, cell.message = "FAILED", f"training exited {code}; log {log}"
