@@ -76,6 +76,18 @@ def test_matched_starts_context_projection_at_the_scale_of_the_query():
     assert _rms(context) / _rms(query) > 1.8
 
 
+def test_gate_half_matched_starts_with_both():
+    """The factorial arm: gates at 0.5 (gate_half) and C U at the query's scale (matched),
+    with exactly matched's U and the default's random numbers."""
+    module = _module("gate_half_matched")
+    query, global_context, deep_context = _inputs()
+    _, context, gate = _reference(module, query, global_context, deep_context)
+    assert torch.equal(gate, torch.full_like(gate, 0.5))
+    assert 0.9 < _rms(context) / _rms(query) < 1.1
+    assert torch.equal(module.deep_proj.weight, _module("matched").deep_proj.weight)
+    assert torch.equal(module.global_proj.weight, _module("matched").global_proj.weight)
+
+
 def test_zero_context_starts_with_no_context_term():
     module = _module("zero_context")
     query, global_context, deep_context = _inputs()
@@ -117,6 +129,8 @@ def test_bad_init_options_are_one_clear_error_at_build_time():
         parse_train_args(_options("xavier"))
     with pytest.raises(ValueError, match="--context-init gate_half .*--no-context-gate"):
         build_model(_options("gate_half", "--no-context-gate"))
+    with pytest.raises(ValueError, match="--context-init gate_half_matched .*--no-context-gate"):
+        build_model(_options("gate_half_matched", "--no-context-gate"))
 
 
 def test_default_is_gate_half_and_glorot_without_gates():

@@ -54,6 +54,8 @@ VARIANTS = {
     "ca-init-gate_half": ("transformer_context_aware", ctx("deep_global+deep", "global", "--context-init", "gate_half")),
     "ca-init-matched": ("transformer_context_aware", ctx("deep_global+deep", "deep", "--context-init", "matched")),
     "ca-init-zero_context": ("transformer_context_aware", ctx("deep_global", "none", "--context-init", "zero_context")),
+    "ca-init-gate_half_matched": ("transformer_context_aware",
+                                  ctx("deep", "deep_global+deep", "--context-init", "gate_half_matched")),
     "ca-dec-deep": ("transformer_context_aware", ctx("none", "deep", "--context-apply", "key")),
     "ca-dec-deep_global+deep": ("transformer_context_aware", ctx("none", "deep_global+deep")),
     "ca-both-sides": ("transformer_context_aware", ctx("deep", "deep_global", "--context-apply", "query")),

@@ -26,6 +26,8 @@ ARMS = {
     "02-context_aware-gate_half": ("01-context_aware-glorot", "01-transformer_context_aware", ["--context-init", "gate_half"]),
     "03-context_aware-matched": ("01-context_aware-glorot", "01-transformer_context_aware", ["--context-init", "matched"]),
     "04-context_aware-zero_context": ("01-context_aware-glorot", "01-transformer_context_aware", ["--context-init", "zero_context"]),
+    "11-context_aware-gate_half_matched": ("01-context_aware-glorot", "01-transformer_context_aware",
+                                           ["--context-init", "gate_half_matched"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),

@@ -347,7 +347,8 @@ class ContextAwareTransformerModel(TransformerModel):
                                  'lambda starts at 0.5), glorot (U and V Glorot; the default with '
                                  '--no-context-gate), matched (U rescaled so that rms(C U) = rms(Q) '
                                  'for i.i.d. context entries of the layer input\'s variance; in a '
-                                 'real encoder 0.5-1.2 of it), zero_context (U = 0)')
+                                 'real encoder 0.5-1.2 of it), zero_context (U = 0), gate_half_matched '
+                                 '(V = 0 and U as matched)')
         # fmt: on
 
     @classmethod
@@ -407,8 +408,8 @@ def validate_context_args(args) -> None:
         problems.append(f"--context-apply must be one of {', '.join(CONTEXT_TARGETS)}, got {args.context_apply!r}")
     if args.context_init not in CONTEXT_INITS:
         problems.append(f"--context-init must be one of {', '.join(CONTEXT_INITS)}, got {args.context_init!r}")
-    elif args.context_init == "gate_half" and args.no_context_gate:
-        problems.append("--context-init gate_half sets the gate vectors, which --no-context-gate removes")
+    elif args.context_init in ("gate_half", "gate_half_matched") and args.no_context_gate:
+        problems.append(f"--context-init {args.context_init} sets the gate vectors, which --no-context-gate removes")
     if problems:
         raise ValueError("transformer_context_aware: " + "; ".join(problems))
     if args.encoder_context == "none" and args.decoder_context == "none":

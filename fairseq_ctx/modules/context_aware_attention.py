@@ -35,11 +35,13 @@ CONTEXT_TARGETS = ("query", "key", "both")
 #                 the mean-over-positions (deep_global) contexts and 1.06-1.21 with deep
 #                 ones, against ~2 for glorot.
 #   zero_context  U = 0: C U = 0 at the start, so Q^ = (1 - lambda) Q; V Glorot.
+#   gate_half_matched  both gate_half's V = 0 and matched's U: the arm that tells whether
+#                 the random gates or the size of C U cost the glorot start its loss.
 # Which of them learns best is what the initialisation study measures (BENCHMARKS.md):
 # the fairseq arch defaults to gate_half (glorot without gates). This module keeps glorot
 # as its default: with V = 0 every gate is 0.5 and tests of the gate see nothing (the
 # fairseq-level tests ask for glorot explicitly).
-CONTEXT_INITS = ("glorot", "gate_half", "matched", "zero_context")
+CONTEXT_INITS = ("glorot", "gate_half", "matched", "zero_context", "gate_half_matched")
 
 
 def _wide(x: Tensor) -> Tensor:
@@ -224,7 +226,7 @@ class ContextualQueryKey(nn.Module):
             fan_in = proj.in_features
             for block in proj.weight.split(self.embed_dim, dim=0):
                 nn.init.xavier_uniform_(block)
-                if self.init == "matched":
+                if self.init in ("matched", "gate_half_matched"):
                     # Var(w) = 1 / (2 n fan_in) for n summed projections: Var(C U) =
                     # Var(c) / 2 = Var(Q) (fairseq: Var(W_Q) = gain^2 / d = 1 / (2 d)).
                     glorot_var = 2.0 / (fan_in + self.embed_dim)
@@ -238,7 +240,7 @@ class ContextualQueryKey(nn.Module):
             for vectors in (self.gate_input, self.gate_context):
                 for row in vectors.split(1, dim=0):
                     nn.init.xavier_uniform_(row)  # a d x 1 column vector
-                if self.init == "gate_half":
+                if self.init in ("gate_half", "gate_half_matched"):
                     with torch.no_grad():
                         vectors.zero_()
 
