@@ -684,6 +684,16 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     settings_common = f"updates={updates} beam={beam} common={' '.join(common)} gen={' '.join(gen_args)}"
     if gpus_per_run and gpus_per_run > 1:  # one-device runs (CPU, one GPU, pinned) keep the settings they had
         settings_common += f" gpus_per_run={gpus_per_run}"
+
+    def training_settings(name, seed):
+        """What decides a run's checkpoints (not how they are scored): kept checkpoints
+        (--keep-checkpoints) of a run are scored again with another beam or generation
+        options instead of being trained again."""
+        words = f"updates={updates} common={' '.join(common)}"
+        if gpus_per_run and gpus_per_run > 1:
+            words += f" gpus_per_run={gpus_per_run}"
+        return f"{words} args={' '.join(configs[name])} seed={seed}"
+
     results = {name: {} for name in configs}
     todo = []
     for seed in seeds:
@@ -732,16 +742,19 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         last = os.path.join(ckpt_dir, "checkpoint_last.pt")
         log_path = os.path.join(run_dir, "train.log")
         trained = _read_json(os.path.join(ckpt_dir, "trained.json"))
+        train_key = training_settings(name, seed)
         # the intermediate checkpoints still to score, on test or valid
         needed = sorted(set(missing) | {u for u in missing_valid if u < updates})
-        if (trained and trained.get("settings") == settings and os.path.exists(last)
+        # (keys written before training and scoring settings were told apart: the whole settings)
+        if (trained and trained.get("settings") in (train_key, settings) and os.path.exists(last)
                 and set(needed) <= set(trained.get("curve_updates", []))):
             train_s, resumed_at = trained.get("train_seconds", 0.0), trained.get("resumed_at_update")
             trained_with = trained.get("trained_with")
             log(f"[quality] {name} seed {seed}: trained already, scoring its checkpoints")
         else:
-            key = {"settings": settings, "curve_updates": curve_updates}
-            resumed = _read_json(os.path.join(ckpt_dir, "started.json")) == key and os.path.exists(last)
+            key = {"settings": train_key, "curve_updates": curve_updates}
+            started = _read_json(os.path.join(ckpt_dir, "started.json"))
+            resumed = started in (key, {"settings": settings, "curve_updates": curve_updates}) and os.path.exists(last)
             if resumed and not written_to_the_end(last):
                 resumed = resume_from_a_whole_checkpoint(name, seed, ckpt_dir, last)
             if resumed:
@@ -777,7 +790,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                                threads, **kwargs)
             resumed_at = _resumed_at_update(log_path) if resumed else None
             _write_json(os.path.join(ckpt_dir, "trained.json"),
-                        {"settings": settings, "curve_updates": curve_updates, "train_seconds": round(train_s, 1),
+                        {"settings": train_key, "curve_updates": curve_updates, "train_seconds": round(train_s, 1),
                          "resumed_at_update": resumed_at, "trained_with": trained_with})
         if final is None:
             t0 = time.time()
@@ -940,7 +953,8 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
                         "(DATA_DIR/raw/valid.TGT): choose among configs on valid BLEU, report test")
     p.add_argument("--curve-png", default=None, help="learning-curve plot (default OUT_DIR/curves.png)")
     p.add_argument("--keep-checkpoints", action="store_true",
-                   help="keep each run's checkpoints after scoring (default: deleted)")
+                   help="keep each run's checkpoints after scoring (default: deleted); a rerun with "
+                        "another --beam or generation options then scores them again instead of training")
     p.add_argument("--import-runs", action="append", default=[], metavar="QUALITY_JSON",
                    help="use the runs of an earlier report (its quality.json: same settings, e.g. seeds "
                         "trained on another machine) for the asked-for seeds OUT_DIR has not run; "

@@ -717,6 +717,26 @@ def test_a_seed_run_here_wins_over_the_report_and_mixed_pairs_are_named(qc, stud
     assert "trained in different places" in md and "| 0 / 0 of 0 |" in md
 
 
+def test_kept_checkpoints_are_scored_again_with_another_beam_not_trained_again(qc, study):
+    fk = study.fakes
+    first = _main(qc, study, "--seeds", "1", "--curve-updates", "20,40", "--keep-checkpoints")
+    n_train, n_eval = len(fk.train_calls), len(fk.eval_calls)
+    q = _main(qc, study, "--seeds", "1", "--curve-updates", "20,40", "--keep-checkpoints", "--beam", "4")
+    assert len(fk.train_calls) == n_train  # the same training: its checkpoints are scored again
+    assert sorted(fk.eval_calls[n_eval:]) == sorted((n, 1, u) for n in ("00-transformer", "01-good")
+                                                    for u in (20, 40, UPDATES))
+    run = q["runs"]["00-transformer"]["1"]
+    assert "beam=4" in run["settings"] and "beam=5" in first["runs"]["00-transformer"]["1"]["settings"]
+    assert run["train_seconds"] == first["runs"]["00-transformer"]["1"]["train_seconds"]
+    # scored once more without --keep-checkpoints: they are deleted afterwards ...
+    _main(qc, study, "--seeds", "1", "--curve-updates", "20,40", "--beam", "3")
+    assert len(fk.train_calls) == n_train
+    assert not (study.out / "runs" / "00-transformer" / "seed1" / "checkpoints").exists()
+    # ... so another beam then has nothing to score: trained again
+    _main(qc, study, "--seeds", "1", "--curve-updates", "20,40", "--beam", "2")
+    assert len(fk.train_calls) == n_train + 2
+
+
 def test_scoring_interrupted_resumes_without_retraining(qc, study):
     fk = study.fakes
     fk.fail_eval_at = 40
@@ -772,6 +792,21 @@ def _kill_after_training(qc, study, seed, last_at):
     else:
         (ck / "checkpoint_last.pt").write_text(str(last_at))
     fk.fail_eval_at = None
+
+
+def test_an_interrupted_run_started_under_the_older_key_still_resumes(qc, study):
+    """started.json written before training and scoring settings were told apart holds the
+    whole settings (beam and generation options too): such a run resumes, not restarts."""
+    _kill_after_training(qc, study, 1, 25)
+    started = study.out / "runs" / "00-transformer" / "seed1" / "checkpoints" / "started.json"
+    key = json.loads(started.read_text())
+    assert key["settings"].startswith(f"updates={UPDATES} common=")  # no beam in the training key
+    key["settings"] = key["settings"].replace(f"updates={UPDATES} ", f"updates={UPDATES} beam=5 ", 1).replace(
+        " args=", " gen= args=", 1)
+    started.write_text(json.dumps(key))
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    assert q["runs"]["00-transformer"]["1"]["resumed_at_update"] == 25
+    assert q["runs"]["00-transformer"]["1"]["settings"] == key["settings"]  # the older key was the whole settings
 
 
 def test_a_run_resumed_twice_records_the_last_resumption(qc, study):
