@@ -41,7 +41,9 @@ Finished runs and finished curve points (same settings) are not redone, so an
 interrupted comparison resumes; asking for new curve points (or ``--valid-bleu``) of
 finished runs retrains them and scores every point of the run again (final included):
 the same seed retrains bit for bit only on the same host and thread count, so no run's
-scores mix two trainings.
+scores mix two trainings. With ``--keep-checkpoints``, a rerun with another ``--beam`` or
+generation options scores the kept checkpoints again instead of training (the report and
+each run's scores are overwritten: pass other ``--json`` / ``--markdown`` / ``--curve-png``).
 
 Seeds run elsewhere (another machine, an earlier out-dir that is gone): ``--import-runs
 REPORT.json`` takes those seeds' records from an earlier report of the same settings,
@@ -333,6 +335,9 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
           + _import_source_note((meta.get("import_sources") or {}).get(src))
           + ". A report keeps no translations, so these seeds have no bootstrap (-)."
           for src, runs in sorted((meta.get("imported") or {}).items())),
+        *(f"- of these, first imported (by the report named above) from `{src}`: "
+          + "; ".join(f"{n} seeds {', '.join(map(str, ss))}" for n, ss in sorted(runs.items())) + "."
+          for src, runs in sorted((meta.get("imported_first") or {}).items())),
         *([f"- seed pairs trained in different places (one run imported, or from two reports): "
            f"{'; '.join(meta['mixed_pairs'])}."] if meta.get("mixed_pairs") else []),
         "",
@@ -570,6 +575,17 @@ def _read_json(path):
         return None
 
 
+_WHOLE_SETTINGS = re.compile(r"^(updates=\S+) beam=\S+ (common=.*) gen=.*?( gpus_per_run=\d+)?( args=.*)$")
+
+
+def _as_training_key(settings):
+    """The training key (see ``run``'s training_settings) of a key written before training
+    and scoring settings were told apart (the whole settings: beam and gen= inside), so
+    that kept checkpoints of such runs are scored again rather than deleted and retrained."""
+    m = _WHOLE_SETTINGS.match(settings or "")
+    return f"{m.group(1)} {m.group(2)}{m.group(3) or ''}{m.group(4)}" if m else settings
+
+
 def _resumed_at_update(log_path):
     """The update count fairseq's last "Loaded checkpoint ... @ N updates" line names."""
     try:
@@ -695,13 +711,16 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         return f"{words} args={' '.join(configs[name])} seed={seed}"
 
     results = {name: {} for name in configs}
-    todo = []
+    todo, scored_otherwise = [], []
     for seed in seeds:
         for name in sorted(configs):
             run_dir = os.path.join(out_dir, "runs", name, f"seed{seed}")
             settings = f"{settings_common} args={' '.join(configs[name])} seed={seed}"
             prev = _read_json(os.path.join(run_dir, "result.json"))
             final = prev if prev and prev.get("settings") == settings else None
+            if (final is None and prev and _as_training_key(prev.get("settings")) == training_settings(name, seed)
+                    and not os.path.exists(os.path.join(run_dir, "checkpoints", "checkpoint_last.pt"))):
+                scored_otherwise.append(f"{name} seed {seed}")
             points = _done_points(run_dir, settings)
             valid_points = _done_points(run_dir, settings, "valid")
             missing = [u for u in curve_updates if u not in points]
@@ -746,15 +765,16 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         # the intermediate checkpoints still to score, on test or valid
         needed = sorted(set(missing) | {u for u in missing_valid if u < updates})
         # (keys written before training and scoring settings were told apart: the whole settings)
-        if (trained and trained.get("settings") in (train_key, settings) and os.path.exists(last)
+        if (trained and _as_training_key(trained.get("settings")) == train_key and os.path.exists(last)
                 and set(needed) <= set(trained.get("curve_updates", []))):
             train_s, resumed_at = trained.get("train_seconds", 0.0), trained.get("resumed_at_update")
             trained_with = trained.get("trained_with")
             log(f"[quality] {name} seed {seed}: trained already, scoring its checkpoints")
         else:
             key = {"settings": train_key, "curve_updates": curve_updates}
-            started = _read_json(os.path.join(ckpt_dir, "started.json"))
-            resumed = started in (key, {"settings": settings, "curve_updates": curve_updates}) and os.path.exists(last)
+            started = _read_json(os.path.join(ckpt_dir, "started.json")) or {}
+            resumed = ({"settings": _as_training_key(started.get("settings")),
+                        "curve_updates": started.get("curve_updates")} == key and os.path.exists(last))
             if resumed and not written_to_the_end(last):
                 resumed = resume_from_a_whole_checkpoint(name, seed, ckpt_dir, last)
             if resumed:
@@ -856,19 +876,28 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             raise RuntimeError(f"{name} seed {seed}: no checkpoint at {u} updates (an epoch ended there) and "
                                f"--lr-scheduler {scheduler} depends on --max-update, so it cannot be recovered "
                                "exactly; choose --curve-updates that do not fall on an epoch's end")
+        side = os.path.join(ckpt_dir, f"to{u}")
+        side_last = os.path.join(side, "checkpoint_last.pt")
+        if (_read_json(os.path.join(side, "trained.json")) or {}).get("updates") == u and written_to_the_end(side_last):
+            log(f"[quality] {name} seed {seed}: scoring the kept checkpoint of {u} updates in {side}")
+            return side_last, side  # kept (--keep-checkpoints): the checkpoint scored before
         earlier = {v: p for v, p in _checkpoints_by_update(ckpt_dir).items() if v < u}
         start = earlier[max(earlier)] if earlier else None
-        side = os.path.join(ckpt_dir, f"to{u}")
         shutil.rmtree(side, ignore_errors=True)
         log(f"[quality] {name} seed {seed}: no checkpoint_E_{u}.pt ({u} updates ended an epoch); "
             f"training to {u} from {os.path.basename(start) if start else 'scratch'}")
         kwargs = {"restore_file": start, **pin} if start else pin
         train_fn(data_bin, common, configs[name], u, seed, side,
                  os.path.join(run_dir, f"train.to{u}.log"), threads, **kwargs)
-        return os.path.join(side, "checkpoint_last.pt"), side
+        _write_json(os.path.join(side, "trained.json"), {"updates": u})
+        return side_last, side
 
     # say up front what will cost hours: finished runs that new points or --valid-bleu retrain
     retrain = [f"{n} seed {sd}" for n, sd, _, _, fin, pts, _, vpts, _ in todo if fin is not None or pts or vpts]
+    if scored_otherwise:
+        log(f"[quality] {len(scored_otherwise)} run(s) trained with these settings were scored with another beam "
+            "or generation options and their checkpoints are gone (scored without --keep-checkpoints): trained "
+            f"again to be scored: {', '.join(scored_otherwise)}")
     if todo:
         log(f"[quality] {len(todo)} run(s) to train or score"
             + (f"; {len(retrain)} finished run(s) will be trained again for new points and all their "
@@ -1066,14 +1095,20 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     except ImportedRunMismatch as error:  # found before any training
         p.error(f"--import-runs: {error}")
     used = {}
+    first = {}  # runs a report had imported itself: the report they were first imported from
     for n in results:
         for s, r in sorted(results[n].items()):
             if r.get("imported_from"):
                 used.setdefault(r["imported_from"], {}).setdefault(n, []).append(s)
+            if r.get("imported_first_from"):
+                first.setdefault(r["imported_first_from"], {}).setdefault(n, []).append(s)
+
     # a seed pair whose two runs come from different places (imported / here, two reports)
+    def origin(rec):  # the report a run was first imported from (None: trained here)
+        return rec.get("imported_first_from") or rec.get("imported_from")
+
     mixed = [f"{n} vs {b} seed {s}" for n, b in sorted(baselines.items()) if b
-             for s in a.seeds if s in results[n] and s in results[b]
-             and results[n][s].get("imported_from") != results[b][s].get("imported_from")]
+             for s in a.seeds if s in results[n] and s in results[b] and origin(results[n][s]) != origin(results[b][s])]
     for pair in mixed:
         log(f"[quality] warning: {pair}: the two runs were trained in different places (see --import-runs)")
     summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
@@ -1087,7 +1122,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
                                f"{curve_interval(curve_updates)} --keep-interval-updates -1 "
                                f"--validate-interval-updates {curve_interval(curve_updates)}")
             if curve_updates else None,
-            "imported": used or None,
+            "imported": used or None, "imported_first": first or None,
             "import_sources": {src: import_sources[src] for src in used} or None, "mixed_pairs": mixed or None,
             "command": " ".join(shlex.quote(x) for x in sys.argv), **software}
     # a plot only when there is a curve: intermediate BLEU points or logged validations

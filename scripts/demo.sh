@@ -50,14 +50,17 @@ if [ -z "${DEMO_THREADS:-}" ]; then
 fi
 
 gpus=()
-if [ -z "${DEMO_ALL_GPUS:-}" ]; then
-    if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
-        IFS=, read -r -a gpus <<< "$CUDA_VISIBLE_DEVICES"
-    elif command -v nvidia-smi > /dev/null; then
-        n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
-        [ "${n:-0}" -gt 0 ] && gpus=($(seq 0 $((n - 1))))
-    fi
-    [ "${#gpus[@]}" -gt 1 ] || gpus=()
+if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then  # set, even empty (no GPU at all): as listed
+    IFS=, read -r -a gpus <<< "$CUDA_VISIBLE_DEVICES"
+elif command -v nvidia-smi > /dev/null; then
+    n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+    [ "${n:-0}" -gt 0 ] && gpus=($(seq 0 $((n - 1))))
+fi
+all_gpus=""
+if [ "${#gpus[@]}" -lt 2 ]; then
+    gpus=()  # one GPU or none: nothing to share out
+elif [ "${DEMO_ALL_GPUS:-0}" = 1 ]; then
+    all_gpus=" all_gpus=${#gpus[@]}"; gpus=()  # every row data-parallel on all of them
 fi
 
 run_row() {
@@ -66,7 +69,7 @@ run_row() {
     read -r -a arch_args < "fairseq_ctx/configs/demo/$row.args"
     settings="updates=$DEMO_UPDATES seed=$DEMO_SEED beam=$DEMO_BEAM gen=$DEMO_GEN_ARGS $(cat fairseq_ctx/configs/demo/train.common "fairseq_ctx/configs/demo/$row.args" | tr '\n' ' ')"
     # data-parallel rows (another batch) are never reused as one-device rows, nor the reverse
-    [ -z "${DEMO_ALL_GPUS:-}" ] || settings="$settings all_gpus"
+    settings="$settings$all_gpus"
     if [ -f "$dir/bleu.json" ] && [ "$(cat "$dir/settings" 2>/dev/null)" = "$settings" ]; then
         echo "demo: $row: done already"; return 0
     fi

@@ -49,9 +49,14 @@ def test_on_a_node_with_several_gpus_each_row_sees_one(tiny_corpus, tmp_path):
     smi.chmod(0o755)
     demo_dir = tmp_path / "demo"
     shutil.copytree(tiny_corpus, demo_dir / "data")
+    shutil.copytree(tiny_corpus, tmp_path / "demo-cpu" / "data")
     env = {"PATH": f"{bin_dir}{os.pathsep}{cli_env()['PATH']}", "DEMO_ROWS": "0[01]-*", "DEMO_JOBS": "2"}
     first = run_demo(demo_dir, env)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-4000:]
     assert "00-transformer: training 2 updates" in first.stdout and "01-" in first.stdout
     lines = [line for line in first.stdout.splitlines() if ": training 2 updates" in line]
     assert [line.rsplit(" ", 1)[-1] for line in lines] == ["CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"]
+    # CUDA_VISIBLE_DEVICES set but empty hides every GPU: no row is given one
+    hidden = run_demo(tmp_path / "demo-cpu", {**env, "DEMO_ROWS": "00-*", "CUDA_VISIBLE_DEVICES": ""})
+    assert hidden.returncode == 0, hidden.stderr[-3000:]
+    assert "00-transformer: training 2 updates" in hidden.stdout and "CUDA_VISIBLE_DEVICES=" not in hidden.stdout

@@ -641,6 +641,17 @@ def test_seeds_imported_from_an_earlier_report_are_not_rerun_and_enter_the_seed_
     assert "imported_first_from" not in q2["runs"]["01-good"]["3"]
 
 
+def test_a_pair_from_two_reports_stays_marked_when_a_third_report_imports_both(qc, study, tmp_path):
+    _, report_a = _earlier_report(qc, study, tmp_path, "a.json", "--seeds", "1", "--configs", "01-*")
+    q_b, report_b = _earlier_report(qc, study, tmp_path, "b.json", "--seeds", "1", "--import-runs", str(report_a))
+    assert q_b["meta"]["mixed_pairs"] == ["01-good vs 00-transformer seed 1"]  # 01 from A, 00 trained in B
+    q_c = _main(qc, study, "--seeds", "1", "--import-runs", str(report_b))
+    assert q_c["meta"]["mixed_pairs"] == ["01-good vs 00-transformer seed 1"]  # still A against B
+    assert q_c["meta"]["imported_first"] == {str(report_a): {"01-good": [1]}}
+    assert f"first imported (by the report named above) from `{report_a}`: 01-good seeds 1" in (
+        study.out / "quality.md").read_text()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--updates", "50"], "was run with other settings"),
     (["--curve-updates", "20,30,40"], "has no test BLEU at 30 updates"),
@@ -735,6 +746,41 @@ def test_kept_checkpoints_are_scored_again_with_another_beam_not_trained_again(q
     # ... so another beam then has nothing to score: trained again
     _main(qc, study, "--seeds", "1", "--curve-updates", "20,40", "--beam", "2")
     assert len(fk.train_calls) == n_train + 2
+
+
+def test_kept_side_checkpoints_of_epoch_end_points_are_scored_again_not_retrained(qc, study):
+    fk = study.fakes
+    _main(qc, study, "--seeds", "1", "--configs", "00-*", "--curve-updates", "20,40,50", "--keep-checkpoints")
+    assert [c["updates"] for c in fk.train_calls] == [UPDATES, 50]  # 50 ends an epoch: a side training
+    n_eval = len(fk.eval_calls)
+    _main(qc, study, "--seeds", "1", "--configs", "00-*", "--curve-updates", "20,40,50", "--keep-checkpoints",
+          "--beam", "4")
+    assert len(fk.train_calls) == 2 and sorted(u for *_, u in fk.eval_calls[n_eval:]) == [20, 40, 50, UPDATES]
+
+
+def test_kept_checkpoints_under_the_older_key_are_scored_again_with_another_beam(qc, study):
+    """trained.json / started.json written before training and scoring settings were told
+    apart hold the whole settings, with the beam of their time: another beam finds the same
+    training in them, and the kept checkpoints are scored, not deleted."""
+    fk = study.fakes
+    _main(qc, study, "--seeds", "1", "--configs", "00-*", "--keep-checkpoints")
+    ck = study.out / "runs" / "00-transformer" / "seed1" / "checkpoints"
+    for name in ("trained.json", "started.json"):
+        record = json.loads((ck / name).read_text())
+        record["settings"] = record["settings"].replace(f"updates={UPDATES} ", f"updates={UPDATES} beam=5 ", 1).replace(
+            " args=", " gen= args=", 1)
+        (ck / name).write_text(json.dumps(record))
+    _main(qc, study, "--seeds", "1", "--configs", "00-*", "--keep-checkpoints", "--beam", "4")
+    assert len(fk.train_calls) == 1 and (ck / "checkpoint_last.pt").exists()
+
+
+def test_a_beam_change_without_kept_checkpoints_says_it_trains_again(qc, study, capsys):
+    _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    capsys.readouterr()
+    _main(qc, study, "--seeds", "1", "--configs", "00-*", "--beam", "4")
+    assert ("1 run(s) trained with these settings were scored with another beam or generation options and their "
+            "checkpoints are gone") in capsys.readouterr().err
+    assert len(study.fakes.train_calls) == 2
 
 
 def test_scoring_interrupted_resumes_without_retraining(qc, study):

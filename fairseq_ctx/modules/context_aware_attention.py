@@ -35,8 +35,9 @@ CONTEXT_TARGETS = ("query", "key", "both")
 #                 the mean-over-positions (deep_global) contexts and 1.06-1.21 with deep
 #                 ones, against ~2 for glorot.
 #   zero_context  U = 0: C U = 0 at the start, so Q^ = (1 - lambda) Q; V Glorot.
-#   gate_half_matched  both gate_half's V = 0 and matched's U: the arm that tells whether
-#                 the random gates or the size of C U cost the glorot start its loss.
+#   gate_half_matched  both gate_half's V = 0 and matched's U: with glorot, gate_half and
+#                 matched the fourth cell of a 2 x 2 over the two factors of the glorot
+#                 start (random gates, C U at twice Q's size).
 # Which of them learns best is what the initialisation study measures (BENCHMARKS.md):
 # the fairseq arch defaults to gate_half (glorot without gates). This module keeps glorot
 # as its default: with V = 0 every gate is 0.5 and tests of the gate see nothing (the
