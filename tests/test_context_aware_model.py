@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import fairseq_ctx.models  # noqa: F401  (registers the architectures; conftest may import fairseq_ctx first)
+from fairseq_ctx.modules.context_aware_attention import CONTEXT_INITS
 from tests.model_checks import (
     assert_finite_low_precision,
     assert_incremental_matches_full,
@@ -138,6 +139,18 @@ def test_padding_incremental_and_reorder_invariance(name):
     assert_padding_invariant(model)
     assert_incremental_matches_full(model)
     assert_reorder_consistent(model)
+
+
+@pytest.mark.parametrize("init", CONTEXT_INITS)
+def test_every_context_init_keeps_padding_incremental_reorder_and_low_precision_behaviour(init):
+    """The starting values change, the mechanism must not: each --context-init on both sides."""
+    model = tiny_model(*context("deep_global+deep", "deep_global+deep"), "--context-init", init)
+    assert_padding_invariant(model)
+    assert_incremental_matches_full(model)
+    assert_reorder_consistent(model)
+    for dtype in (torch.bfloat16, torch.float16):
+        assert_finite_low_precision(tiny_model(*context("deep_global+deep", "deep_global+deep"),
+                                               "--context-init", init), dtype)
 
 
 @pytest.mark.parametrize("name", ["both-ungated", "encoder-deep_global+deep", "decoder-deep_global+deep"])
