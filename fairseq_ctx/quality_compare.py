@@ -469,22 +469,33 @@ def _probe_gpus():
     that timed out is not waited for again at every run)."""
     if "result" not in _GPU_PROBE:
         _GPU_PROBE["result"] = _ask_for_gpus()
-    return _GPU_PROBE["result"]
+    return _GPU_PROBE["result"][:2]
+
+
+def _probe_gpu_names():
+    """Every visible GPU's name, in CUDA's order (empty when none or the probe failed)."""
+    _probe_gpus()
+    result = _GPU_PROBE["result"]
+    return list(result[2]) if len(result) > 2 else []
 
 
 def _ask_for_gpus():
-    probe = ("import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; "
-             "print(n); print(torch.cuda.get_device_name(0) if n else '')")
+    # the names as one JSON line, last: torch may print warnings before it
+    probe = ("import json, torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; "
+             "print(json.dumps([torch.cuda.get_device_name(i) for i in range(n)]))")
     try:
         p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
-        return "unknown (the GPU probe timed out)", 0
+        return "unknown (the GPU probe timed out)", 0, []
     lines = p.stdout.splitlines()
-    if p.returncode != 0 or len(lines) < 2 or not lines[-2].strip().isdigit():
+    try:
+        names = json.loads(lines[-1]) if p.returncode == 0 and lines else None
+    except ValueError:
+        names = None
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
         why = p.stderr.strip().splitlines()[-1:] or f"exit status {p.returncode}, output {p.stdout.strip()!r}"
-        return f"unknown (the GPU probe failed: {why})", 0
-    count = int(lines[-2])
-    return (lines[-1].strip() or None, count) if count else (None, 0)
+        return f"unknown (the GPU probe failed: {why})", 0, []
+    return (names[0] if names else None), len(names), names
 
 
 def _visible_gpu():
@@ -492,6 +503,16 @@ def _visible_gpu():
     visible when there are several, or None (see ``_probe_gpus``)."""
     name, count = _probe_gpus()
     return f"{name} (x{count} visible)" if count > 1 else name
+
+
+def _pinned_gpu_name(gpus, device):
+    """The model of the GPU a run pinned to ``device`` (one of ``gpus``, in the order the
+    probe saw them) trains on, or None where the probe cannot tell (MIG entries: a process
+    sees only the first one listed, so the probe names one)."""
+    names = _probe_gpu_names()
+    if gpus and device in gpus and len(names) == len(gpus):
+        return names[list(gpus).index(device)]
+    return None
 
 
 def gpus_to_spread_over(all_gpus_per_run=False, log=print):
@@ -544,7 +565,7 @@ class GpuSlots:
                 self.busy[device] -= 1
 
 
-def _run_provenance(threads, words=(), device=None):
+def _run_provenance(threads, words=(), device=None, device_name=None):
     """Where and with what one training ran (written when it starts; a resumed training
     records where it was resumed): CPU floating-point order differs between machines and
     thread counts, so runs are comparable bit for bit only with equal values here."""
@@ -559,7 +580,9 @@ def _run_provenance(threads, words=(), device=None):
     # fairseq-train runs on the first visible GPU unless the settings (words) say --cpu
     gpu = None if "--cpu" in words else _visible_gpu()
     if gpu is not None and device is not None:
-        gpu += f", this run on CUDA_VISIBLE_DEVICES={device} (one GPU per run)"
+        # on a node of mixed GPUs, the pinned one's model, not the first visible one's
+        where = f"this run on CUDA_VISIBLE_DEVICES={device} (one GPU per run)"
+        gpu = f"{device_name}, {where}" if device_name else f"{gpu}, {where}"
     # threads 0: the subprocesses' own default (torch: one per core)
     return {"host": platform.node(), "cpu": cpu, "gpu": gpu,
             "threads": threads or f"default ({os.cpu_count()} cores)",
@@ -754,6 +777,9 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             pin = {"extra_env": {"CUDA_VISIBLE_DEVICES": device}} if device is not None else {}
             return train_and_score(name, *job, device=device, pin=pin)
 
+    def pinned_name(device):
+        return _pinned_gpu_name(gpus, device) if device is not None else None
+
     def train_and_score(name, seed, run_dir, settings, final, points, missing, valid_points, missing_valid,
                         device, pin):
         os.makedirs(run_dir, exist_ok=True)
@@ -805,7 +831,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 + (f", checkpoints at {', '.join(map(str, curve_updates))}" if curve_updates else "")
                 + f" ({time.strftime('%H:%M:%S')})")
             kwargs = {"curve_updates": curve_updates, **pin} if curve_updates else pin
-            trained_with = _run_provenance(threads, [*common, *configs[name]], device)
+            trained_with = _run_provenance(threads, [*common, *configs[name]], device, pinned_name(device))
             train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
                                threads, **kwargs)
             resumed_at = _resumed_at_update(log_path) if resumed else None
@@ -1019,6 +1045,16 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
             print(f"[quality] warning: {n} has no baseline among the selected configs", file=sys.stderr)
     common = read_args_file(a.common or os.path.join(a.config_dir, "train.common"))
 
+    # read the reports to import before preparing data: a wrong path fails in seconds, not after it
+    import_reports = []
+    for path in a.import_runs:
+        try:
+            with open(path) as f:
+                report = json.load(f)
+            import_reports.append((path, report["runs"], report["meta"]))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            p.error(f"--import-runs {path}: not a quality_compare report ({error})")
+
     data_bin = os.path.join(a.data_dir, "bin")
     ref = os.path.join(a.data_dir, "raw", f"test.{a.tgt}")
     if not (os.path.isdir(data_bin) and os.path.exists(ref)):
@@ -1035,13 +1071,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     refs_sha256 = hashlib.sha256("".join(r + "\n" for r in refs).encode("utf-8")).hexdigest()
     data_sha256, software = data_fingerprint(data_bin), _software()
     imported, import_sources = {}, {}
-    for path in a.import_runs:
-        try:
-            with open(path) as f:
-                report = json.load(f)
-            report_runs, report_meta = report["runs"], report["meta"]
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            p.error(f"--import-runs {path}: not a quality_compare report ({error})")
+    for path, report_runs, report_meta in import_reports:
         # the settings string names neither the data nor the software: check them here
         if report_meta.get("test_sentences") != len(refs) or report_meta.get("test_refs_sha256", refs_sha256) != refs_sha256:
             p.error(f"--import-runs {path}: scored on other test references ({report_meta.get('test_sentences')} "
@@ -1150,9 +1180,10 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
            "curves": curves, "curve_comparisons": curve_comparisons, "curve_png": png,
            "runs": {n: {str(s): {k: v for k, v in r.items() if k != "hyps"}
                         for s, r in results[n].items()} for n in results}}
-    with open(a.json or os.path.join(a.out_dir, "quality.json"), "w") as f:
+    # whole files or none: an interrupted report never looks complete
+    with atomic_write(a.json or os.path.join(a.out_dir, "quality.json")) as f:
         json.dump(out, f, indent=1)
-    with open(md_path, "w") as f:
+    with atomic_write(md_path) as f:
         f.write(md)
     return out
 

@@ -687,6 +687,38 @@ def test_an_imported_run_that_does_not_fit_fails_before_training(qc, study, tmp_
     assert len(study.fakes.train_calls) == n_train and not (study.out / "runs").exists()
 
 
+@pytest.mark.parametrize("bad", ["missing.json", "not-a-report.json"])
+def test_an_unreadable_import_fails_before_the_data_is_prepared(qc, study, tmp_path, monkeypatch, capsys, bad):
+    (tmp_path / "not-a-report.json").write_text("{}")
+    prepared = []
+    monkeypatch.setattr(qc.subprocess, "run", lambda cmd, **kw: prepared.append(cmd))
+    with pytest.raises(SystemExit) as e:  # no data yet: main() would otherwise prepare it (minutes) first
+        _main(qc, study, "--data-dir", str(tmp_path / "no-data-yet"), "--import-runs", str(tmp_path / bad))
+    assert e.value.code == 2 and "not a quality_compare report" in capsys.readouterr().err
+    assert prepared == []
+
+
+def test_a_report_is_written_whole_or_not_at_all(qc, study, monkeypatch):
+    q = _main(qc, study, "--seeds", "1")
+    before = (study.out / "quality.json").read_text()
+    assert json.loads(before)["meta"] == q["meta"]
+
+    dump = json.dump
+
+    def killed_while_writing_the_report(obj, f, **kwargs):
+        if not (isinstance(obj, dict) and "comparisons" in obj):
+            return dump(obj, f, **kwargs)  # the runs' own records
+        f.write('{"meta": ')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(qc.json, "dump", killed_while_writing_the_report)
+    with pytest.raises(KeyboardInterrupt):
+        _main(qc, study, "--seeds", "1", "2")
+    assert (study.out / "runs" / "00-transformer" / "seed2" / "result.json").exists()  # got as far as the report
+    assert (study.out / "quality.json").read_text() == before  # the earlier report, whole
+    assert not [p for p in os.listdir(study.out) if p.startswith("partial-")]
+
+
 def test_import_of_other_versions_only_when_asked_and_named_in_the_report(qc, study, tmp_path):
     _, report = _earlier_report(qc, study, tmp_path, "seeds1.json", "--seeds", "1")
     r = json.loads(report.read_text())
@@ -931,7 +963,7 @@ def test_a_failed_gpu_probe_is_named_asked_once_and_pins_nothing(qc, monkeypatch
 @pytest.mark.parametrize("visible, expected", [(None, ["0", "1", "2"]), ("4,6,7", ["4", "6", "7"]),
                                                ("GPU-a1,GPU-b2,GPU-c3", ["GPU-a1", "GPU-b2", "GPU-c3"])])
 def test_the_devices_runs_are_spread_over_are_those_visible(qc, monkeypatch, visible, expected):
-    _probe_answers(monkeypatch, qc, (0, "3\nNVIDIA Test GPU\n", ""))
+    _probe_answers(monkeypatch, qc, (0, '["NVIDIA Test GPU", "NVIDIA Test GPU", "NVIDIA Test GPU"]\n', ""))
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
@@ -942,13 +974,13 @@ def test_the_devices_runs_are_spread_over_are_those_visible(qc, monkeypatch, vis
 
 def test_mig_instances_are_spread_over_as_listed(qc, monkeypatch):
     # a process sees only the first MIG instance listed: the probe counts one
-    _probe_answers(monkeypatch, qc, (0, "1\nNVIDIA A100 MIG 1g.10gb\n", ""))
+    _probe_answers(monkeypatch, qc, (0, '["NVIDIA A100 MIG 1g.10gb"]\n', ""))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-aaa,MIG-bbb")
     assert qc.gpus_to_spread_over() == ["MIG-aaa", "MIG-bbb"]
 
 
 def test_a_device_list_that_disagrees_with_the_probe_is_not_pinned_and_said(qc, monkeypatch):
-    _probe_answers(monkeypatch, qc, (0, "2\nNVIDIA Test GPU\n", ""))
+    _probe_answers(monkeypatch, qc, (0, '["NVIDIA Test GPU", "NVIDIA Test GPU"]\n', ""))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,7")  # 7 does not exist: CUDA stops there
     said = []
     assert qc.gpus_to_spread_over(log=said.append) is None
@@ -968,9 +1000,9 @@ def test_a_gpu_is_free_again_when_its_run_ends(qc):
 
 
 def test_one_visible_gpu_or_none_is_not_pinned(qc, monkeypatch):
-    _probe_answers(monkeypatch, qc, (0, "1\nNVIDIA Test GPU\n", ""))
+    _probe_answers(monkeypatch, qc, (0, 'UserWarning: a warning torch printed first\n["NVIDIA Test GPU"]\n', ""))
     assert qc.gpus_to_spread_over() is None and qc._visible_gpu() == "NVIDIA Test GPU"
-    _probe_answers(monkeypatch, qc, (0, "0\n\n", ""))
+    _probe_answers(monkeypatch, qc, (0, "[]\n", ""))
     assert qc.gpus_to_spread_over() is None and qc._visible_gpu() is None
 
 
@@ -996,6 +1028,26 @@ def test_on_a_multi_gpu_node_each_run_trains_and_is_scored_on_one_gpu_of_its_own
             assert q["runs"][name][str(seed)]["trained_with"]["gpu"] == (
                 f"NVIDIA Test GPU (x2 visible), this run on CUDA_VISIBLE_DEVICES={used.pop()} (one GPU per run)")
     assert {w for w, *_ in fk.devices} == {"train", "test", "valid"}
+
+
+def test_on_a_node_of_mixed_gpus_each_run_names_the_model_it_was_pinned_to(qc, study, monkeypatch):
+    monkeypatch.setattr(qc, "_GPU_PROBE", {"result": ("NVIDIA A100-SXM4-80GB", 2,
+                                                      ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"])})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    q = _main(qc, study, "--seeds", "1", "--jobs", "2")
+    pinned = {n: d for w, n, _, d in study.fakes.devices if w == "train"}
+    model = {"4": "NVIDIA A100-SXM4-80GB", "5": "NVIDIA H100 80GB HBM3"}
+    assert set(pinned.values()) <= {"4", "5"}
+    for name, device in pinned.items():
+        assert q["runs"][name]["1"]["trained_with"]["gpu"] == (
+            f"{model[device]}, this run on CUDA_VISIBLE_DEVICES={device} (one GPU per run)")
+    # MIG entries: the probe sees only the first one listed, so the model is not claimed per entry
+    monkeypatch.setattr(qc, "_GPU_PROBE", {"result": ("NVIDIA A100 MIG 1g.10gb", 1, ["NVIDIA A100 MIG 1g.10gb"])})
+    assert qc._pinned_gpu_name(["MIG-a", "MIG-b"], "MIG-b") is None
+    # the probe names every visible GPU, in CUDA's order
+    _probe_answers(monkeypatch, qc, (0, '["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]\n', ""))
+    assert qc._probe_gpu_names() == ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]
+    assert qc._probe_gpus() == ("NVIDIA A100-SXM4-80GB", 2)
 
 
 @pytest.mark.parametrize("how", ["--all-gpus-per-run", "--cpu in common", "--cpu in one config"])
