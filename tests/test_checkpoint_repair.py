@@ -89,7 +89,30 @@ def test_the_reproduce_runner_repairs_before_it_resumes_a_cell(tmp_path, capsys)
     assert cell.message.startswith("evaluation of"), cell.message
     said = "fairseq resumes from a copy of checkpoint_3_900.pt (900 updates)"
     assert said in capsys.readouterr().err and said in (save_dir / "train.log").read_text()
-    assert said in json.loads((save_dir / "train.json").read_text())["checkpoint_repair"]
+    repairs = json.loads((save_dir / "train.json").read_text())["checkpoint_repair"]
+    assert len(repairs) == 1 and said in repairs[0]
+
+
+def test_a_repair_stays_recorded_when_the_repaired_attempt_fails(tmp_path):
+    """Attempt 1 is repaired and dies; attempt 2 finds a whole checkpoint_last.pt (nothing
+    to repair) and finishes: its train.json still says the training resumed from a copy."""
+    table = tables.TABLES["cao_table2"]
+    from tests.test_reproduce_road import _options
+
+    cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path), str(tmp_path))[0]
+    os.makedirs(cell.train_dir)
+    save_dir = tmp_path.joinpath(cell.train_dir)
+    _save(save_dir / "checkpoint_3_900.pt", 900)
+    _save(save_dir / "checkpoint_last.pt", 950)
+    _cut(save_dir / "checkpoint_last.pt")
+    cell.train_cmd = [sys.executable, "-c", "import sys; sys.exit(3)"]  # killed again
+    runner.run_cell(cell, "cpu", False, dict(os.environ))
+    assert cell.message.startswith("training exited 3") and not (save_dir / "train.json").exists()
+    cell.train_cmd = [sys.executable, "-c", "pass"]
+    runner.run_cell(cell, "cpu", False, dict(os.environ))
+    assert cell.message.startswith("evaluation of"), cell.message
+    repairs = json.loads((save_dir / "train.json").read_text())["checkpoint_repair"]
+    assert len(repairs) == 1 and "fairseq resumes from a copy of checkpoint_3_900.pt (900 updates)" in repairs[0]
 
 
 def test_fairseq_train_resumes_from_a_repaired_directory(tiny_data_bin, tmp_path):

@@ -453,6 +453,23 @@ def _check_reused(cell):
                            "move it away (it was trained with other arguments or data)")
 
 
+def _repairs_so_far(train_dir, repaired):
+    """Every checkpoint repair of this training, oldest first, kept in train_dir across
+    attempts: a repaired attempt that fails leaves a whole checkpoint_last.pt, so the
+    attempt that finishes would otherwise not know its start was repaired."""
+    path = os.path.join(train_dir, "checkpoint_repairs.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            repairs = json.load(handle)
+    except (OSError, ValueError):
+        repairs = []
+    if repaired:
+        repairs.append(repaired)
+        with atomic_write(path) as handle:
+            json.dump(repairs, handle, indent=1)
+    return repairs
+
+
 def run_cell(cell, setting, smoke, env, train_only=False):
     start = time.time()
     lock = TrainLock(cell.train_dir)
@@ -466,8 +483,9 @@ def run_cell(cell, setting, smoke, env, train_only=False):
             record["started"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             # a job killed while fairseq copied checkpoint_last.pt would fail on every resubmission
             repaired = repair_before_resuming(cell.train_dir, log=lambda message: _say(cell, log, message))
-            if repaired:
-                record["checkpoint_repair"] = repaired  # resumed from an earlier save, or started over
+            repairs = _repairs_so_far(cell.train_dir, repaired)
+            if repairs:  # resumed from an earlier save, or started over (this attempt's or an earlier one's)
+                record["checkpoint_repair"] = repairs
             code = _run_logged(cell.train_cmd, log, env)
             if code:
                 cell.status, cell.message = "FAILED", f"training exited {code}; log {log}"
