@@ -76,8 +76,9 @@ def test_the_reproduce_runner_repairs_before_it_resumes_a_cell(tmp_path, capsys)
     from tests.test_reproduce_road import _options
 
     cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path), str(tmp_path))[0]
-    os.makedirs(cell.train_dir)
-    save_dir = tmp_path.joinpath(cell.train_dir)
+    train_dir = tmp_path.joinpath(cell.train_dir)
+    save_dir = _fairseq_save_dir(cell)  # where the cell's fairseq-train writes and resumes
+    save_dir.mkdir(parents=True)
     whole = _save(save_dir / "checkpoint_3_900.pt", 900)
     _save(save_dir / "checkpoint_last.pt", 950)
     _cut(save_dir / "checkpoint_last.pt")
@@ -88,9 +89,16 @@ def test_the_reproduce_runner_repairs_before_it_resumes_a_cell(tmp_path, capsys)
     runner.run_cell(cell, "cpu", False, dict(os.environ))
     assert cell.message.startswith("evaluation of"), cell.message
     said = "fairseq resumes from a copy of checkpoint_3_900.pt (900 updates)"
-    assert said in capsys.readouterr().err and said in (save_dir / "train.log").read_text()
-    repairs = json.loads((save_dir / "train.json").read_text())["checkpoint_repair"]
+    assert said in capsys.readouterr().err and said in (train_dir / "train.log").read_text()
+    repairs = json.loads((train_dir / "train.json").read_text())["checkpoint_repair"]
     assert len(repairs) == 1 and said in repairs[0]
+
+
+def _fairseq_save_dir(cell):
+    """The --save-dir of the cell's real training command (before a test replaces it)."""
+    import pathlib
+
+    return pathlib.Path(cell.train_cmd[cell.train_cmd.index("--save-dir") + 1])
 
 
 def test_a_repair_stays_recorded_when_the_repaired_attempt_fails(tmp_path):
@@ -100,19 +108,40 @@ def test_a_repair_stays_recorded_when_the_repaired_attempt_fails(tmp_path):
     from tests.test_reproduce_road import _options
 
     cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path), str(tmp_path))[0]
-    os.makedirs(cell.train_dir)
-    save_dir = tmp_path.joinpath(cell.train_dir)
+    train_dir, save_dir = tmp_path.joinpath(cell.train_dir), _fairseq_save_dir(cell)
+    save_dir.mkdir(parents=True)
     _save(save_dir / "checkpoint_3_900.pt", 900)
     _save(save_dir / "checkpoint_last.pt", 950)
     _cut(save_dir / "checkpoint_last.pt")
     cell.train_cmd = [sys.executable, "-c", "import sys; sys.exit(3)"]  # killed again
     runner.run_cell(cell, "cpu", False, dict(os.environ))
-    assert cell.message.startswith("training exited 3") and not (save_dir / "train.json").exists()
+    assert cell.message.startswith("training exited 3") and not (train_dir / "train.json").exists()
     cell.train_cmd = [sys.executable, "-c", "pass"]
     runner.run_cell(cell, "cpu", False, dict(os.environ))
     assert cell.message.startswith("evaluation of"), cell.message
-    repairs = json.loads((save_dir / "train.json").read_text())["checkpoint_repair"]
+    repairs = json.loads((train_dir / "train.json").read_text())["checkpoint_repair"]
     assert len(repairs) == 1 and "fairseq resumes from a copy of checkpoint_3_900.pt (900 updates)" in repairs[0]
+
+
+def test_a_training_started_over_is_not_charged_with_an_earlier_repair(tmp_path):
+    """A repaired attempt fails; the user deletes the checkpoints and trains again from the
+    beginning: that training's train.json says nothing of the earlier repair."""
+    table = tables.TABLES["cao_table2"]
+    from tests.test_reproduce_road import _options
+
+    cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path), str(tmp_path))[0]
+    train_dir, save_dir = tmp_path.joinpath(cell.train_dir), _fairseq_save_dir(cell)
+    save_dir.mkdir(parents=True)
+    _save(save_dir / "checkpoint_3_900.pt", 900)
+    _save(save_dir / "checkpoint_last.pt", 950)
+    _cut(save_dir / "checkpoint_last.pt")
+    cell.train_cmd = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    runner.run_cell(cell, "cpu", False, dict(os.environ))
+    for path in save_dir.glob("*.pt"):  # only the checkpoints: what a user clears to start over
+        path.unlink()
+    cell.train_cmd = [sys.executable, "-c", "pass"]
+    runner.run_cell(cell, "cpu", False, dict(os.environ))
+    assert "checkpoint_repair" not in json.loads((train_dir / "train.json").read_text())
 
 
 def test_fairseq_train_resumes_from_a_repaired_directory(tiny_data_bin, tmp_path):

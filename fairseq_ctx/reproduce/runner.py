@@ -12,7 +12,7 @@ otherwise.
 
     <results>/<hardware tag>/<config>-<key>/<data>[-<bin>]/
         train.log  train.json (provenance, written when training finished)  train.lock (while training)
-        checkpoints/  eval/<subset>-<evaluation key>/{result.json, hyp.detok.<tgt>, generate.out, eval.log}
+        checkpoints/ (with checkpoint_repairs.json when a cut-off checkpoint_last.pt was replaced)  eval/<subset>-<evaluation key>/{result.json, hyp.detok.<tgt>, generate.out, eval.log}
 
 Significance marks are computed when the table is assembled, from the hypotheses of the
 row and of ITS baseline (Row.baseline, else the table's), so the order in which cells
@@ -76,6 +76,11 @@ class Cell:
         return os.path.join(self.eval_dir(subset), "result.json")
 
     @property
+    def checkpoint_dir(self):
+        """fairseq-train's --save-dir: checkpoints/ of the training directory."""
+        return os.path.join(self.train_dir, CHECKPOINTS)
+
+    @property
     def trained(self):
         return os.path.exists(os.path.join(self.train_dir, "train.json"))
 
@@ -92,6 +97,7 @@ def column_args(row, column):
 
 
 SAVE_DIR = "{save_dir}"  # stands for the training directory while its key is computed
+CHECKPOINTS = "checkpoints"  # fairseq-train's --save-dir, inside the training directory
 
 
 def data_fingerprint(bin_dir, src, tgt):
@@ -231,7 +237,7 @@ def build_cells(table, rows, options, results, data_root) -> List[Cell]:
             extra += list(options.train_extra)
             bin_dir = os.path.join(data_dir, column.bin)
             cmd = train_mod.build_command(os.path.join(CONFIGS, row.config), setting, bin_dir,
-                                          os.path.join(SAVE_DIR, "checkpoints"), extra, launcher=options.launcher,
+                                          os.path.join(SAVE_DIR, CHECKPOINTS), extra, launcher=options.launcher,
                                           node_rank=options.node_rank, master_addr=options.master_addr,
                                           master_port=options.master_port, backend=options.backend, hw=hw)
             fingerprint = data_fingerprint(bin_dir, column.src, column.tgt)
@@ -240,7 +246,7 @@ def build_cells(table, rows, options, results, data_root) -> List[Cell]:
                 # a rendezvous port per training: a node that got out of step with node 0
                 # times out instead of joining another cell's training
                 cmd = train_mod.build_command(os.path.join(CONFIGS, row.config), setting, bin_dir,
-                                              os.path.join(SAVE_DIR, "checkpoints"), extra, launcher=options.launcher,
+                                              os.path.join(SAVE_DIR, CHECKPOINTS), extra, launcher=options.launcher,
                                               node_rank=options.node_rank, master_addr=options.master_addr,
                                               master_port=options.master_port + int(key, 16) % 1000,
                                               backend=options.backend, hw=hw)
@@ -265,7 +271,7 @@ def eval_command(cell, subset, python=sys.executable):
     table, row, column = cell.table, cell.row, cell.column
     ev = table.evaluation
     cmd = [python, "-m", "fairseq_ctx.evaluation", "--paper", table.paper, "--data", cell.bin_dir,
-           "--save-dir", os.path.join(cell.train_dir, "checkpoints"), "--src", column.src, "--tgt", column.tgt,
+           "--save-dir", cell.checkpoint_dir, "--src", column.src, "--tgt", column.tgt,
            "--subset", subset, "--ref", raw_path(cell, subset, column.tgt), "--source", raw_path(cell, subset, column.src),
            "--average-last", str(ev.average_last), "--beam", str(ev.beam), "--lenpen", str(ev.lenpen),
            "--max-len-a", str(ev.max_len_a), "--max-len-b", str(ev.max_len_b), "--compound-split", ev.compound_split,
@@ -453,20 +459,26 @@ def _check_reused(cell):
                            "move it away (it was trained with other arguments or data)")
 
 
-def _repairs_so_far(train_dir, repaired):
-    """Every checkpoint repair of this training, oldest first, kept in train_dir across
-    attempts: a repaired attempt that fails leaves a whole checkpoint_last.pt, so the
-    attempt that finishes would otherwise not know its start was repaired."""
-    path = os.path.join(train_dir, "checkpoint_repairs.json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            repairs = json.load(handle)
-    except (OSError, ValueError):
-        repairs = []
-    if repaired:
-        repairs.append(repaired)
+def _repairs_so_far(checkpoint_dir, repaired):
+    """Every checkpoint repair of the training in checkpoint_dir, oldest first, kept there
+    (checkpoint_repairs.json) across attempts: a repaired attempt that fails leaves a whole
+    checkpoint_last.pt, so the attempt that finishes would otherwise not know that its start
+    was repaired. A training that starts from the beginning (no checkpoint_last.pt) starts
+    a new list: repairs of checkpoints since deleted are not its own."""
+    path = os.path.join(checkpoint_dir, "checkpoint_repairs.json")
+    repairs = []
+    if os.path.exists(os.path.join(checkpoint_dir, "checkpoint_last.pt")):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                repairs = json.load(handle)
+        except (OSError, ValueError):
+            pass
+    repairs = repairs + [repaired] if repaired else repairs
+    if repairs:
         with atomic_write(path) as handle:
             json.dump(repairs, handle, indent=1)
+    elif os.path.exists(path):
+        os.remove(path)
     return repairs
 
 
@@ -482,8 +494,8 @@ def run_cell(cell, setting, smoke, env, train_only=False):
             record = provenance(cell, setting, smoke)  # the code as it was when training started
             record["started"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             # a job killed while fairseq copied checkpoint_last.pt would fail on every resubmission
-            repaired = repair_before_resuming(cell.train_dir, log=lambda message: _say(cell, log, message))
-            repairs = _repairs_so_far(cell.train_dir, repaired)
+            repaired = repair_before_resuming(cell.checkpoint_dir, log=lambda message: _say(cell, log, message))
+            repairs = _repairs_so_far(cell.checkpoint_dir, repaired)
             if repairs:  # resumed from an earlier save, or started over (this attempt's or an earlier one's)
                 record["checkpoint_repair"] = repairs
             code = _run_logged(cell.train_cmd, log, env)
