@@ -479,17 +479,28 @@ def _probe_gpu_names():
     return list(result[2]) if len(result) > 2 else []
 
 
+_PROBE_MARK = "fairseq-ctx-gpus:"
+
+
 def _ask_for_gpus():
-    # the names as one JSON line, last: torch may print warnings before it
-    probe = ("import json, torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; "
-             "print(json.dumps([torch.cuda.get_device_name(i) for i in range(n)]))")
+    # the names as one marked JSON line: torch may print warnings around it, and a crash at
+    # exit (CUDA teardown) after the line is printed does not lose the answer; a GPU whose
+    # name cannot be read is still counted (fairseq-train would use it)
+    probe = ("import json, torch\n"
+             "n = torch.cuda.device_count() if torch.cuda.is_available() else 0\n"
+             "def name(i):\n"
+             "    try:\n"
+             "        return torch.cuda.get_device_name(i)\n"
+             "    except Exception as error:\n"
+             "        return f'unknown (its name could not be read: {type(error).__name__})'\n"
+             f"print({_PROBE_MARK!r} + json.dumps([name(i) for i in range(n)]), flush=True)\n")
     try:
         p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
         return "unknown (the GPU probe timed out)", 0, []
-    lines = p.stdout.splitlines()
+    marked = [line[len(_PROBE_MARK):] for line in p.stdout.splitlines() if line.startswith(_PROBE_MARK)]
     try:
-        names = json.loads(lines[-1]) if p.returncode == 0 and lines else None
+        names = json.loads(marked[-1]) if marked else None
     except ValueError:
         names = None
     if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
@@ -1045,15 +1056,36 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
             print(f"[quality] warning: {n} has no baseline among the selected configs", file=sys.stderr)
     common = read_args_file(a.common or os.path.join(a.config_dir, "train.common"))
 
-    # read the reports to import before preparing data: a wrong path fails in seconds, not after it
-    import_reports = []
+    # the reports to import are read and checked before data preparation (minutes) where the
+    # data is not needed: a wrong path, a report of other versions or a seed in two reports
+    # fail in seconds
+    software = _software()
+    import_reports, imported, import_sources = [], {}, {}
     for path in a.import_runs:
         try:
             with open(path) as f:
                 report = json.load(f)
-            import_reports.append((path, report["runs"], report["meta"]))
+            report_runs, report_meta = report["runs"], report["meta"]
+            if not (isinstance(report_runs, dict) and isinstance(report_meta, dict)):
+                raise TypeError("its runs and meta are not mappings")
         except (OSError, ValueError, KeyError, TypeError) as error:
             p.error(f"--import-runs {path}: not a quality_compare report ({error})")
+        other = {k: (report_meta.get(k), software[k]) for k in IMPORT_MUST_MATCH if report_meta.get(k) != software[k]}
+        if other and not a.import_other_versions:
+            p.error(f"--import-runs {path}: made with other versions ("
+                    + ", ".join(f"{k} {there} there, {here} here" for k, (there, here) in other.items())
+                    + "); --import-other-versions to mix them anyway")
+        import_reports.append((path, report_meta))
+        import_sources[path] = {"git_commit": report_meta.get("git_commit"), "data_verified": "data_sha256" in report_meta,
+                                **{k: report_meta.get(k) for k in IMPORT_MUST_MATCH}}
+        for name in configs:
+            for seed in a.seeds:
+                rec = (report_runs.get(name) or {}).get(str(seed))
+                if rec is None:
+                    continue
+                if seed in imported.get(name, {}):
+                    p.error(f"--import-runs: {name} seed {seed} is in both {imported[name][seed][1]} and {path}")
+                imported.setdefault(name, {})[seed] = (rec, path)
 
     data_bin = os.path.join(a.data_dir, "bin")
     ref = os.path.join(a.data_dir, "raw", f"test.{a.tgt}")
@@ -1069,9 +1101,8 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
         p.error(f"--valid-bleu: no raw valid references at {valid_ref}")
 
     refs_sha256 = hashlib.sha256("".join(r + "\n" for r in refs).encode("utf-8")).hexdigest()
-    data_sha256, software = data_fingerprint(data_bin), _software()
-    imported, import_sources = {}, {}
-    for path, report_runs, report_meta in import_reports:
+    data_sha256 = data_fingerprint(data_bin)
+    for path, report_meta in import_reports:
         # the settings string names neither the data nor the software: check them here
         if report_meta.get("test_sentences") != len(refs) or report_meta.get("test_refs_sha256", refs_sha256) != refs_sha256:
             p.error(f"--import-runs {path}: scored on other test references ({report_meta.get('test_sentences')} "
@@ -1079,21 +1110,6 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
         if report_meta.get("data_sha256", data_sha256) != data_sha256:
             p.error(f"--import-runs {path}: trained on other data than {data_bin} (SHA-256 of its dictionaries "
                     "and binarised splits differ)")
-        other = {k: (report_meta.get(k), software[k]) for k in IMPORT_MUST_MATCH if report_meta.get(k) != software[k]}
-        if other and not a.import_other_versions:
-            p.error(f"--import-runs {path}: made with other versions ("
-                    + ", ".join(f"{k} {there} there, {here} here" for k, (there, here) in other.items())
-                    + "); --import-other-versions to mix them anyway")
-        import_sources[path] = {"git_commit": report_meta.get("git_commit"), "data_verified": "data_sha256" in report_meta,
-                                **{k: report_meta.get(k) for k in IMPORT_MUST_MATCH}}
-        for name in configs:
-            for seed in a.seeds:
-                rec = (report_runs.get(name) or {}).get(str(seed))
-                if rec is None:
-                    continue
-                if seed in imported.get(name, {}):
-                    p.error(f"--import-runs: {name} seed {seed} is in both {imported[name][seed][1]} and {path}")
-                imported.setdefault(name, {})[seed] = (rec, path)
 
     if curve_updates:
         g = curve_interval(curve_updates)
@@ -1115,6 +1131,11 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     if gpus:
         log(f"[quality] {len(gpus)} GPUs: each run sees one (CUDA_VISIBLE_DEVICES "
             f"{', '.join(gpus)}), {a.jobs} run(s) at a time; --all-gpus-per-run to train each on all")
+        models = sorted({_pinned_gpu_name(gpus, d) or "unknown" for d in gpus})
+        if len(models) > 1:  # a seed's two runs may then train on two models: not bit-comparable, other speeds
+            log(f"[quality] warning: the GPUs are of {len(models)} models ({', '.join(models)}): a seed's runs may "
+                "train on different ones (each run's trained_with.gpu names its own); set CUDA_VISIBLE_DEVICES "
+                "to GPUs of one model to pair like with like")
         if a.jobs < len(gpus):
             log(f"[quality] warning: --jobs {a.jobs} leaves {len(gpus) - a.jobs} of the {len(gpus)} GPUs idle")
     try:

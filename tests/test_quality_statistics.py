@@ -457,7 +457,7 @@ def test_end_to_end_seed_statistics_and_curves(qc, study):
     assert len(side) == 6 and all(c["updates"] == 50 and c["restore"].endswith("checkpoint_2_40.pt") for c in side)
     assert sorted(u for _, _, u in fk.eval_calls) == sorted([20, 40, 50, UPDATES] * 6)
     out = study.out
-    assert not [f for _, _, fs in os.walk(out) for f in fs if f.endswith((".pt", ".partial"))]
+    assert not [f for _, _, fs in os.walk(out) for f in fs if f.endswith(".pt") or f.startswith("partial-")]
 
     with open(out / "quality.json") as f:
         q = json.load(f)
@@ -687,14 +687,31 @@ def test_an_imported_run_that_does_not_fit_fails_before_training(qc, study, tmp_
     assert len(study.fakes.train_calls) == n_train and not (study.out / "runs").exists()
 
 
-@pytest.mark.parametrize("bad", ["missing.json", "not-a-report.json"])
-def test_an_unreadable_import_fails_before_the_data_is_prepared(qc, study, tmp_path, monkeypatch, capsys, bad):
-    (tmp_path / "not-a-report.json").write_text("{}")
-    prepared = []
-    monkeypatch.setattr(qc.subprocess, "run", lambda cmd, **kw: prepared.append(cmd))
+@pytest.mark.parametrize("bad, message", [("missing.json", "not a quality_compare report"),
+                                          ("empty.json", "not a quality_compare report"),
+                                          ("runs-a-list.json", "its runs and meta are not mappings"),
+                                          ("other-torch.json", "made with other versions (torch 1.0 there"),
+                                          ("twice", "is in both")])
+def test_an_import_that_cannot_fit_fails_before_the_data_is_prepared(qc, study, tmp_path, monkeypatch, capsys,
+                                                                      bad, message):
+    _, report = _earlier_report(qc, study, tmp_path, "seeds1.json", "--seeds", "1")
+    r = json.loads(report.read_text())
+    (tmp_path / "empty.json").write_text("{}")
+    (tmp_path / "runs-a-list.json").write_text(json.dumps(dict(r, runs=[])))
+    (tmp_path / "other-torch.json").write_text(json.dumps(dict(r, meta=dict(r["meta"], torch="1.0"))))
+    imports = [str(report), str(report)] if bad == "twice" else [str(tmp_path / bad)]
+    prepared, run = [], qc.subprocess.run
+
+    def data_preparation_recorded(cmd, **kwargs):
+        if cmd[:2] == ["bash", qc.TATOEBA_SCRIPT]:
+            return prepared.append(cmd)
+        return run(cmd, **kwargs)  # git, asked for the commit
+
+    monkeypatch.setattr(qc.subprocess, "run", data_preparation_recorded)
     with pytest.raises(SystemExit) as e:  # no data yet: main() would otherwise prepare it (minutes) first
-        _main(qc, study, "--data-dir", str(tmp_path / "no-data-yet"), "--import-runs", str(tmp_path / bad))
-    assert e.value.code == 2 and "not a quality_compare report" in capsys.readouterr().err
+        _main(qc, study, "--data-dir", str(tmp_path / "no-data-yet"), "--seeds", "1",
+              *[w for path in imports for w in ("--import-runs", path)])
+    assert e.value.code == 2 and message in capsys.readouterr().err
     assert prepared == []
 
 
@@ -963,7 +980,7 @@ def test_a_failed_gpu_probe_is_named_asked_once_and_pins_nothing(qc, monkeypatch
 @pytest.mark.parametrize("visible, expected", [(None, ["0", "1", "2"]), ("4,6,7", ["4", "6", "7"]),
                                                ("GPU-a1,GPU-b2,GPU-c3", ["GPU-a1", "GPU-b2", "GPU-c3"])])
 def test_the_devices_runs_are_spread_over_are_those_visible(qc, monkeypatch, visible, expected):
-    _probe_answers(monkeypatch, qc, (0, '["NVIDIA Test GPU", "NVIDIA Test GPU", "NVIDIA Test GPU"]\n', ""))
+    _probe_answers(monkeypatch, qc, (0, 'fairseq-ctx-gpus:["NVIDIA Test GPU", "NVIDIA Test GPU", "NVIDIA Test GPU"]\n', ""))
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
@@ -974,13 +991,13 @@ def test_the_devices_runs_are_spread_over_are_those_visible(qc, monkeypatch, vis
 
 def test_mig_instances_are_spread_over_as_listed(qc, monkeypatch):
     # a process sees only the first MIG instance listed: the probe counts one
-    _probe_answers(monkeypatch, qc, (0, '["NVIDIA A100 MIG 1g.10gb"]\n', ""))
+    _probe_answers(monkeypatch, qc, (0, 'fairseq-ctx-gpus:["NVIDIA A100 MIG 1g.10gb"]\n', ""))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-aaa,MIG-bbb")
     assert qc.gpus_to_spread_over() == ["MIG-aaa", "MIG-bbb"]
 
 
 def test_a_device_list_that_disagrees_with_the_probe_is_not_pinned_and_said(qc, monkeypatch):
-    _probe_answers(monkeypatch, qc, (0, '["NVIDIA Test GPU", "NVIDIA Test GPU"]\n', ""))
+    _probe_answers(monkeypatch, qc, (0, 'fairseq-ctx-gpus:["NVIDIA Test GPU", "NVIDIA Test GPU"]\n', ""))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,7")  # 7 does not exist: CUDA stops there
     said = []
     assert qc.gpus_to_spread_over(log=said.append) is None
@@ -1000,9 +1017,9 @@ def test_a_gpu_is_free_again_when_its_run_ends(qc):
 
 
 def test_one_visible_gpu_or_none_is_not_pinned(qc, monkeypatch):
-    _probe_answers(monkeypatch, qc, (0, 'UserWarning: a warning torch printed first\n["NVIDIA Test GPU"]\n', ""))
+    _probe_answers(monkeypatch, qc, (0, 'UserWarning: a warning torch printed first\nfairseq-ctx-gpus:["NVIDIA Test GPU"]\nanother line after\n', ""))
     assert qc.gpus_to_spread_over() is None and qc._visible_gpu() == "NVIDIA Test GPU"
-    _probe_answers(monkeypatch, qc, (0, "[]\n", ""))
+    _probe_answers(monkeypatch, qc, (0, "fairseq-ctx-gpus:[]\n", ""))
     assert qc.gpus_to_spread_over() is None and qc._visible_gpu() is None
 
 
@@ -1030,22 +1047,26 @@ def test_on_a_multi_gpu_node_each_run_trains_and_is_scored_on_one_gpu_of_its_own
     assert {w for w, *_ in fk.devices} == {"train", "test", "valid"}
 
 
-def test_on_a_node_of_mixed_gpus_each_run_names_the_model_it_was_pinned_to(qc, study, monkeypatch):
+def test_on_a_node_of_mixed_gpus_each_run_names_the_model_it_was_pinned_to(qc, study, monkeypatch, capsys):
+    import threading
+
     monkeypatch.setattr(qc, "_GPU_PROBE", {"result": ("NVIDIA A100-SXM4-80GB", 2,
                                                       ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"])})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    study.fakes.at_barrier = (threading.Barrier(2), [])  # the two trainings run at the same time
     q = _main(qc, study, "--seeds", "1", "--jobs", "2")
     pinned = {n: d for w, n, _, d in study.fakes.devices if w == "train"}
     model = {"4": "NVIDIA A100-SXM4-80GB", "5": "NVIDIA H100 80GB HBM3"}
-    assert set(pinned.values()) <= {"4", "5"}
+    assert sorted(pinned.values()) == ["4", "5"]
     for name, device in pinned.items():
         assert q["runs"][name]["1"]["trained_with"]["gpu"] == (
             f"{model[device]}, this run on CUDA_VISIBLE_DEVICES={device} (one GPU per run)")
+    assert "the GPUs are of 2 models (NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3)" in capsys.readouterr().err
     # MIG entries: the probe sees only the first one listed, so the model is not claimed per entry
     monkeypatch.setattr(qc, "_GPU_PROBE", {"result": ("NVIDIA A100 MIG 1g.10gb", 1, ["NVIDIA A100 MIG 1g.10gb"])})
     assert qc._pinned_gpu_name(["MIG-a", "MIG-b"], "MIG-b") is None
     # the probe names every visible GPU, in CUDA's order
-    _probe_answers(monkeypatch, qc, (0, '["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]\n', ""))
+    _probe_answers(monkeypatch, qc, (-11, 'fairseq-ctx-gpus:["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]\n', "Segmentation fault at exit\n"))
     assert qc._probe_gpu_names() == ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]
     assert qc._probe_gpus() == ("NVIDIA A100-SXM4-80GB", 2)
 
