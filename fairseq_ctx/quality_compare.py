@@ -513,7 +513,9 @@ def _visible_gpu():
     """The GPU fairseq-train would use: the first visible one's name, with the number
     visible when there are several, or None (see ``_probe_gpus``)."""
     name, count = _probe_gpus()
-    return f"{name} (x{count} visible)" if count > 1 else name
+    if count > 1:  # every model on a node of mixed GPUs (a data-parallel run trains on all of them)
+        return f"{' + '.join(sorted(set(_probe_gpu_names())) or [name])} (x{count} visible)"
+    return name
 
 
 def _pinned_gpu_name(gpus, device):

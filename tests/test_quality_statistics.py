@@ -1063,6 +1063,8 @@ def test_on_a_node_of_mixed_gpus_each_run_names_the_model_it_was_pinned_to(qc, s
             f"{model[device]}, this run on CUDA_VISIBLE_DEVICES={device} (one GPU per run)")
     assert "the GPUs are of 2 models (NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3)" in capsys.readouterr().err
     # MIG entries: the probe sees only the first one listed, so the model is not claimed per entry
+    # not pinned (--all-gpus-per-run): every model it trains on
+    assert qc._visible_gpu() == "NVIDIA A100-SXM4-80GB + NVIDIA H100 80GB HBM3 (x2 visible)"
     monkeypatch.setattr(qc, "_GPU_PROBE", {"result": ("NVIDIA A100 MIG 1g.10gb", 1, ["NVIDIA A100 MIG 1g.10gb"])})
     assert qc._pinned_gpu_name(["MIG-a", "MIG-b"], "MIG-b") is None
     # the probe names every visible GPU, in CUDA's order
