@@ -455,6 +455,21 @@ def data_fingerprint(data_bin):
     return h.hexdigest() if paths else None
 
 
+def binarised_sentences(data_bin, split, src, tgt):
+    """How many sentences fairseq will translate from DATA_BIN's SPLIT (source side, as
+    fairseq-preprocess writes it), read from its index; "missing" when there is no such split,
+    None for a format whose count is not read here (raw text, ...)."""
+    from fairseq.data import indexed_dataset
+
+    prefix = os.path.join(data_bin, f"{split}.{src}-{tgt}.{src}")
+    impl = indexed_dataset.infer_dataset_impl(prefix)
+    if impl is None:
+        return "missing"
+    if impl not in ("mmap", "cached"):
+        return None
+    return len(indexed_dataset.make_dataset(prefix, impl=impl))
+
+
 # what must agree between an imported report and this comparison besides each run's settings
 IMPORT_MUST_MATCH = ("torch", "fairseq", "sacrebleu")
 
@@ -1101,6 +1116,21 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     valid_ref = os.path.join(a.data_dir, "raw", f"valid.{a.tgt}") if a.valid_bleu else None
     if valid_ref and not os.path.exists(valid_ref):
         p.error(f"--valid-bleu: no raw valid references at {valid_ref}")
+
+    # every scored checkpoint translates the binarised split and checks it against the raw
+    # references: a mismatch (raw and bin from two preparations) would fail after training
+    for split, split_ref in (("test", ref), ("valid", valid_ref)):
+        if split_ref is None:
+            continue
+        with open(split_ref, encoding="utf-8") as f:
+            n_refs = sum(1 for _ in f)
+        n_bin = binarised_sentences(data_bin, split, a.src, a.tgt)
+        if n_bin == "missing":
+            p.error(f"{data_bin} has no binarised {split} split ({split}.{a.src}-{a.tgt}.{a.src}.idx): "
+                    f"prepare the data again ({TATOEBA_SCRIPT} --pair {a.src}-{a.tgt} --out {a.data_dir})")
+        if n_bin is not None and n_bin != n_refs:
+            p.error(f"{data_bin}: the binarised {split} split has {n_bin} sentences, {split_ref} has {n_refs} "
+                    "references: raw and binarised data come from different preparations; prepare the data again")
 
     refs_sha256 = hashlib.sha256("".join(r + "\n" for r in refs).encode("utf-8")).hexdigest()
     data_sha256 = data_fingerprint(data_bin)

@@ -422,6 +422,20 @@ class Fakes:
         return {"bleu": round(BLEU().corpus_score(hyps, [refs]).score, 2), "sentences": len(refs)}, hyps
 
 
+def _binarise(data_bin, split, n, src="zh", tgt="en"):
+    """A binarised SPLIT of n sentences, as fairseq-preprocess writes it (its index is what
+    quality_compare counts)."""
+    import torch
+    from fairseq.data import indexed_dataset
+
+    for lang in (src, tgt):
+        prefix = os.path.join(data_bin, f"{split}.{src}-{tgt}.{lang}")
+        builder = indexed_dataset.MMapIndexedDatasetBuilder(prefix + ".bin", dtype=indexed_dataset.best_fitting_int_dtype(100))
+        for i in range(n):
+            builder.add_item(torch.IntTensor([4 + i % 90, 2]))
+        builder.finalize(prefix + ".idx")
+
+
 @pytest.fixture
 def study(tmp_path):
     cfg = tmp_path / "configs"
@@ -435,6 +449,8 @@ def study(tmp_path):
     refs, valid_refs = _refs(), _refs(60, seed=1)
     (data / "raw" / "test.en").write_text("".join(r + "\n" for r in refs))
     (data / "raw" / "valid.en").write_text("".join(r + "\n" for r in valid_refs))
+    _binarise(str(data / "bin"), "test", len(refs))
+    _binarise(str(data / "bin"), "valid", len(valid_refs))
     configs = {"00-transformer": ["--arch", "transformer"], "01-good": ["--arch", "transformer_x"]}
     out = tmp_path / "out"
     argv = ["--data-dir", str(data), "--config-dir", str(cfg), "--seeds", "1", "2", "3",
@@ -670,8 +686,11 @@ def test_an_imported_run_that_does_not_fit_fails_before_training(qc, study, tmp_
     lines = test_refs.read_text().splitlines(keepends=True)
     if "EDIT_ONE_REFERENCE" in args:  # same number of sentences, other text
         test_refs.write_text("".join(lines[:-1]) + "an other reference\n")
-    if "DROP_ONE_REFERENCE" in args:
+    if "DROP_ONE_REFERENCE" in args:  # the data prepared again with one sentence less
         test_refs.write_text("".join(lines[:-1]))
+        for path in (study.data / "bin").glob("test.*"):
+            path.unlink()
+        _binarise(str(study.data / "bin"), "test", len(lines) - 1)
     if "OTHER_DATA" in args:  # the binarised data changed since the report
         (study.data / "bin" / "dict.en.txt").write_text("w1 5\n")
     if "OTHER_TORCH" in args:
@@ -713,6 +732,24 @@ def test_an_import_that_cannot_fit_fails_before_the_data_is_prepared(qc, study, 
               *[w for path in imports for w in ("--import-runs", path)])
     assert e.value.code == 2 and message in capsys.readouterr().err
     assert prepared == []
+
+
+@pytest.mark.parametrize("split, damage, message", [
+    ("test", "fewer", "the binarised test split has 79 sentences"),
+    ("valid", "fewer", "the binarised valid split has 59 sentences"),
+    ("test", "missing", "has no binarised test split (test.zh-en.zh.idx)"),
+])
+def test_raw_and_binarised_data_of_two_preparations_fail_before_training(qc, study, capsys, split, damage, message):
+    """Every scored checkpoint is checked sentence by sentence against the raw references:
+    found only then, a mismatch would cost every training of the study."""
+    for path in (study.data / "bin").glob(f"{split}.*"):
+        path.unlink()
+    if damage == "fewer":
+        _binarise(str(study.data / "bin"), split, {"test": 79, "valid": 59}[split])
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study, "--valid-bleu")
+    assert e.value.code == 2 and message in capsys.readouterr().err
+    assert study.fakes.train_calls == []
 
 
 def test_a_report_is_written_whole_or_not_at_all(qc, study, monkeypatch):
