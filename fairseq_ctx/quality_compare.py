@@ -38,7 +38,8 @@ scored on the valid subset (DATA_DIR/raw/valid.TGT, same evaluation), reported a
 choice is not fitted to the test set.
 
 Finished runs and finished curve points (same settings) are not redone, so an
-interrupted comparison resumes; asking for new curve points (or ``--valid-bleu``) of
+interrupted comparison resumes (an out-dir holds the runs of one data set and direction,
+recorded in OUT_DIR/data.json: other data is refused, not scored as if the same); asking for new curve points (or ``--valid-bleu``) of
 finished runs retrains them and scores every point of the run again (final included):
 the same seed retrains bit for bit only on the same host and thread count, so no run's
 scores mix two trainings. With ``--keep-checkpoints``, a rerun with another ``--beam`` or
@@ -178,7 +179,7 @@ def lr_depends_on_max_update(words):
 
 
 def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0,
-          curve_updates=(), restore_file=None, extra_env=None):
+          curve_updates=(), restore_file=None, extra_env=None, langs=None):
     """fairseq-train as scripts/demo.sh runs it. With ``curve_updates`` it also saves
     (and keeps) a checkpoint and validates every gcd(curve_updates) updates; with
     ``restore_file`` it starts from that checkpoint (optimizer, lr schedule, data order
@@ -186,7 +187,9 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
     uninterrupted run; across machines CPU floating-point order differs, so a run resumed
     after a restart on another host follows the same batches with losses that differ in the
     third digit). The log is appended to (a resumed training adds to the log of its first
-    part). ``extra_env``: variables set for fairseq-train (CUDA_VISIBLE_DEVICES: one GPU)."""
+    part). ``extra_env``: variables set for fairseq-train (CUDA_VISIBLE_DEVICES: one GPU).
+    ``langs``: (source, target), passed as --source-lang / --target-lang (else fairseq takes
+    the direction from the first file names it finds)."""
     extra = []
     if curve_updates:
         common = [c for c in common if c != "--disable-validation"]
@@ -196,6 +199,8 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
                   "--validate-interval-updates", str(g)]
     if restore_file:
         extra += ["--restore-file", os.path.abspath(restore_file)]
+    if langs:
+        extra += ["--source-lang", langs[0], "--target-lang", langs[1]]
     cmd = [sys.executable, "-m", "fairseq_cli.train", data_bin, "--user-dir",
            PACKAGE_DIR, *common, *arch_args,
            "--max-update", str(updates), "--seed", str(seed), "--save-dir", save_dir, *extra]
@@ -456,18 +461,21 @@ def data_fingerprint(data_bin):
 
 
 def binarised_sentences(data_bin, split, src, tgt):
-    """How many sentences fairseq will translate from DATA_BIN's SPLIT (source side, as
-    fairseq-preprocess writes it), read from its index; "missing" when there is no such split,
-    None for a format whose count is not read here (raw text, ...)."""
+    """(how many sentences fairseq will translate from DATA_BIN's SPLIT, the index file
+    counted): the source side, named {split}.{src}-{tgt}.{src} or, as fairseq's translation
+    task also accepts, {split}.{tgt}-{src}.{src}. The count is None for a format not read
+    here (raw text, ...), "missing" when neither name has a readable binarised split."""
     from fairseq.data import indexed_dataset
 
-    prefix = os.path.join(data_bin, f"{split}.{src}-{tgt}.{src}")
-    impl = indexed_dataset.infer_dataset_impl(prefix)
-    if impl is None:
-        return "missing"
-    if impl not in ("mmap", "cached"):
-        return None
-    return len(indexed_dataset.make_dataset(prefix, impl=impl))
+    for pair in (f"{src}-{tgt}", f"{tgt}-{src}"):
+        prefix = os.path.join(data_bin, f"{split}.{pair}.{src}")
+        impl = indexed_dataset.infer_dataset_impl(prefix)
+        if impl is not None:
+            count = len(indexed_dataset.make_dataset(prefix, impl=impl)) if impl in ("mmap", "cached") else None
+            return count, prefix + ".idx"
+        if os.path.exists(prefix + ".idx") or os.path.exists(prefix + ".bin"):
+            return "missing", f"{prefix}.idx / .bin (one of them missing or unreadable)"
+    return "missing", os.path.join(data_bin, f"{split}.{src}-{tgt}.{src}.idx")
 
 
 # what must agree between an imported report and this comparison besides each run's settings
@@ -507,7 +515,7 @@ def _ask_for_gpus():
              "    try:\n"
              "        return torch.cuda.get_device_name(i)\n"
              "    except Exception as error:\n"
-             "        return f'unknown (its name could not be read: {type(error).__name__})'\n"
+             "        return f'unnamed GPU (its name could not be read: {type(error).__name__})'\n"
              f"print({_PROBE_MARK!r} + json.dumps([name(i) for i in range(n)]), flush=True)\n")
     try:
         p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
@@ -713,7 +721,8 @@ def _imported_run(rec, source, name, seed, settings, score_updates, valid_bleu):
 
 def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam=5,
         threads=0, gen_args=(), train_fn=train, eval_fn=evaluate, log=print, jobs=1,
-        curve_updates=(), keep_checkpoints=False, valid_ref=None, imported=None, gpus=None, gpus_per_run=None):
+        curve_updates=(), keep_checkpoints=False, valid_ref=None, imported=None, gpus=None, gpus_per_run=None,
+        langs=None):
     """Train + evaluate every (config, seed) not done already; returns results.
 
     Runs go seed by seed (every config's seed 1 before any seed 2), ``jobs`` at a time,
@@ -746,6 +755,9 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     "trained_with"; None: they see what this process sees. ``gpus_per_run``: N > 1 when
     every run trains data-parallel on N GPUs (--all-gpus-per-run): part of each run's
     settings, so such runs (N times the batch) never pair with one-device runs.
+
+    ``langs``: (source, target) of every training and scoring (None: fairseq's and
+    ``evaluate``'s defaults, zh -> en).
     """
     curve_updates = sorted({int(u) for u in curve_updates if int(u) < updates})
     settings_common = f"updates={updates} beam={beam} common={' '.join(common)} gen={' '.join(gen_args)}"
@@ -799,6 +811,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             todo.append((name, seed, run_dir, settings, final, points, missing, valid_points, missing_valid))
 
     gpu_slots = GpuSlots(gpus)
+    train_langs = {"langs": tuple(langs)} if langs else {}
+    eval_langs = {"src": langs[0], "tgt": langs[1]} if langs else {}
 
     def one_run(name, *job):
         with gpu_slots.one([*common, *configs[name]]) as device:
@@ -858,7 +872,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             log(f"[quality] {name} seed {seed}: training {updates} updates"
                 + (f", checkpoints at {', '.join(map(str, curve_updates))}" if curve_updates else "")
                 + f" ({time.strftime('%H:%M:%S')})")
-            kwargs = {"curve_updates": curve_updates, **pin} if curve_updates else pin
+            kwargs = {"curve_updates": curve_updates, **pin} if curve_updates else dict(pin)
+            kwargs.update(train_langs)
             trained_with = _run_provenance(threads, [*common, *configs[name]], device, pinned_name(device))
             train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
                                threads, **kwargs)
@@ -868,7 +883,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                          "resumed_at_update": resumed_at, "trained_with": trained_with})
         if final is None:
             t0 = time.time()
-            res, hyps = eval_fn(data_bin, last, ref, beam, os.path.join(run_dir, "eval"), gen_args=gen_args, **pin)
+            res, hyps = eval_fn(data_bin, last, ref, beam, os.path.join(run_dir, "eval"), gen_args=gen_args,
+                                **pin, **eval_langs)
             final = {"settings": settings, "bleu": res["bleu"], "signature": res.get("signature"),
                      "sentences": res.get("sentences"), "train_seconds": round(train_s, 1),
                      "eval_seconds": round(time.time() - t0, 1), "trained_with": trained_with, "hyps": hyps}
@@ -888,7 +904,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                     continue
                 t0 = time.time()
                 point_dir = os.path.dirname(_point_path(run_dir, u, subset))
-                kwargs = {"subset": subset, **pin} if subset != "test" else pin
+                kwargs = {"subset": subset, **pin, **eval_langs} if subset != "test" else {**pin, **eval_langs}
                 res, hyps = eval_fn(data_bin, ckpt, ref_u, beam, os.path.join(point_dir, "eval"),
                                     gen_args=gen_args, **kwargs)
                 scored[u] = {"settings": settings, "updates": u, "subset": subset, "bleu": res["bleu"],
@@ -940,7 +956,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         shutil.rmtree(side, ignore_errors=True)
         log(f"[quality] {name} seed {seed}: no checkpoint_E_{u}.pt ({u} updates ended an epoch); "
             f"training to {u} from {os.path.basename(start) if start else 'scratch'}")
-        kwargs = {"restore_file": start, **pin} if start else pin
+        kwargs = {"restore_file": start, **pin} if start else dict(pin)
+        kwargs.update(train_langs)
         train_fn(data_bin, common, configs[name], u, seed, side,
                  os.path.join(run_dir, f"train.to{u}.log"), threads, **kwargs)
         _write_json(os.path.join(side, "trained.json"), {"updates": u})
@@ -1097,7 +1114,12 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
                                 **{k: report_meta.get(k) for k in IMPORT_MUST_MATCH}}
         for name in configs:
             for seed in a.seeds:
-                rec = (report_runs.get(name) or {}).get(str(seed))
+                runs_of_config = report_runs.get(name)
+                if runs_of_config is None:
+                    continue
+                if not isinstance(runs_of_config, dict):
+                    p.error(f"--import-runs {path}: not a quality_compare report (its runs of {name} are not a mapping)")
+                rec = runs_of_config.get(str(seed))
                 if rec is None:
                     continue
                 if seed in imported.get(name, {}):
@@ -1107,8 +1129,9 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     data_bin = os.path.join(a.data_dir, "bin")
     ref = os.path.join(a.data_dir, "raw", f"test.{a.tgt}")
     if not (os.path.isdir(data_bin) and os.path.exists(ref)):
-        cmd = ["bash", TATOEBA_SCRIPT, "--pair",
-               f"{a.src}-{a.tgt}", "--out", a.data_dir, *shlex.split(a.prep_args)]
+        pair = f"{a.src}-{a.tgt}" if a.tgt == "en" else f"{a.tgt}-{a.src}"  # the script's pairs: zh-en, ja-en
+        cmd = ["bash", TATOEBA_SCRIPT, "--pair", pair, "--src", a.src, "--tgt", a.tgt,
+               "--out", a.data_dir, *shlex.split(a.prep_args)]
         print("[quality] preparing data: " + " ".join(cmd), file=sys.stderr)
         subprocess.run(cmd, check=True, env=script_env())
     with open(ref, encoding="utf-8") as f:
@@ -1124,13 +1147,14 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
             continue
         with open(split_ref, encoding="utf-8") as f:
             n_refs = sum(1 for _ in f)
-        n_bin = binarised_sentences(data_bin, split, a.src, a.tgt)
+        n_bin, index = binarised_sentences(data_bin, split, a.src, a.tgt)
+        again = (f"move {a.data_dir} away and prepare it again (data preparation skips the steps it "
+                 "finds done), or pass the --data-dir the data was prepared in")
         if n_bin == "missing":
-            p.error(f"{data_bin} has no binarised {split} split ({split}.{a.src}-{a.tgt}.{a.src}.idx): "
-                    f"prepare the data again ({TATOEBA_SCRIPT} --pair {a.src}-{a.tgt} --out {a.data_dir})")
+            p.error(f"no binarised {split} split of {a.src} -> {a.tgt} in {data_bin} ({index}): {again}")
         if n_bin is not None and n_bin != n_refs:
-            p.error(f"{data_bin}: the binarised {split} split has {n_bin} sentences, {split_ref} has {n_refs} "
-                    "references: raw and binarised data come from different preparations; prepare the data again")
+            p.error(f"{index} holds {n_bin} sentences, {split_ref} {n_refs} references: the raw and binarised "
+                    f"data come from different preparations; {again}")
 
     refs_sha256 = hashlib.sha256("".join(r + "\n" for r in refs).encode("utf-8")).hexdigest()
     data_sha256 = data_fingerprint(data_bin)
@@ -1151,19 +1175,30 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     if a.threads:  # training and fairseq-generate subprocesses inherit it
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(a.threads)
     os.makedirs(a.out_dir, exist_ok=True)
+    # runs are reused by their settings, which do not name the data: one out-dir, one data set
+    data_id = {"data_sha256": data_sha256, "test_refs_sha256": refs_sha256, "src": a.src, "tgt": a.tgt}
+    data_json = os.path.join(a.out_dir, "data.json")
+    recorded = _read_json(data_json)
+    if recorded and recorded != data_id:
+        differs = ", ".join(k for k in data_id if recorded.get(k) != data_id[k])
+        p.error(f"{a.out_dir} holds runs of other data than {a.data_dir} ({differs} differ from {data_json}); "
+                "they would be reused as if trained on it: pass another --out-dir")
+    if recorded is None:  # out-dirs from before this check start recording here
+        _write_json(data_json, data_id)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     gpus, gpus_per_run = None, None
     if "--cpu" not in common:
         gpus = gpus_to_spread_over(a.all_gpus_per_run, log)
         gpu_name, gpu_count = _probe_gpus()
         gpus_per_run = gpu_count if a.all_gpus_per_run and gpu_count > 1 else None
-        if (gpu_name or "").startswith("unknown"):
+        if gpu_count == 0 and (gpu_name or "").startswith("unknown"):  # the probe failed
             log(f"[quality] warning: GPU {gpu_name}: runs are not given one GPU each (on a multi-GPU node "
                 "fairseq-train would train each on all of them)")
     if gpus:
         log(f"[quality] {len(gpus)} GPUs: each run sees one (CUDA_VISIBLE_DEVICES "
             f"{', '.join(gpus)}), {a.jobs} run(s) at a time; --all-gpus-per-run to train each on all")
-        models = sorted({_pinned_gpu_name(gpus, d) or "unknown" for d in gpus})
+        models = sorted({_pinned_gpu_name(gpus, d) for d in gpus} - {None})
+        models = [m for m in models if not m.startswith("unnamed GPU")]  # unreadable names tell no model
         if len(models) > 1:  # a seed's two runs may then train on two models: not bit-comparable, other speeds
             log(f"[quality] warning: the GPUs are of {len(models)} models ({', '.join(models)}): a seed's runs may "
                 "train on different ones (each run's trained_with.gpu names its own); set CUDA_VISIBLE_DEVICES "
@@ -1174,7 +1209,8 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
         results = run(configs, baselines, a.seeds, a.updates, common, data_bin, ref, a.out_dir,
                       a.beam, a.threads, a.gen_args, train_fn=train_fn, eval_fn=eval_fn, log=log,
                       jobs=a.jobs, curve_updates=curve_updates, keep_checkpoints=a.keep_checkpoints,
-                      valid_ref=valid_ref, imported=imported, gpus=gpus, gpus_per_run=gpus_per_run)
+                      valid_ref=valid_ref, imported=imported, gpus=gpus, gpus_per_run=gpus_per_run,
+                      langs=(a.src, a.tgt))
     except ImportedRunMismatch as error:  # found before any training
         p.error(f"--import-runs: {error}")
     used = {}

@@ -352,6 +352,7 @@ class Fakes:
         self.allow_resume = False
         self.devices = []  # (what, config, seed, the CUDA_VISIBLE_DEVICES it was given or None)
         self.at_barrier = None  # (threading.Barrier, list): trainings meet there in arrival order
+        self.directions = []  # (train / test / valid, (source, target) it was given)
 
     def _device_of(self, what, path, extra_env):
         parts = path.split(os.sep)
@@ -361,8 +362,9 @@ class Fakes:
         return device
 
     def train(self, data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0,
-              curve_updates=(), restore_file=None, extra_env=None):
+              curve_updates=(), restore_file=None, extra_env=None, langs=None):
         arch = arch_args[1]
+        self.directions.append(("train", langs))
         device = self._device_of("train", save_dir, extra_env)
         if self.at_barrier:
             barrier, arrivals = self.at_barrier
@@ -396,8 +398,10 @@ class Fakes:
             f.write("".join(line + "\n" for line in lines))
         return 0.1
 
-    def evaluate(self, data_bin, ckpt, ref, beam, out_dir, gen_args=(), subset="test", extra_env=None):
+    def evaluate(self, data_bin, ckpt, ref, beam, out_dir, gen_args=(), subset="test", extra_env=None,
+                 src="zh", tgt="en"):
         self._device_of(subset, ckpt, extra_env)
+        self.directions.append((subset, (src, tgt)))
         parts = ckpt.split(os.sep)
         i = parts.index("runs")
         name, seed = parts[i + 1], int(parts[i + 2][len("seed"):])
@@ -407,7 +411,7 @@ class Fakes:
             u = int(m.group(1))
         else:  # checkpoint_last.pt: of the run, or of a to{U} side training
             u = _fake_checkpoint_updates(ckpt)
-        assert os.path.basename(ref) == f"{subset}.en"  # the subset's own references
+        assert os.path.basename(ref) == f"{subset}.{tgt}"  # the subset's own references
         (self.eval_calls if subset == "test" else self.valid_calls).append((name, seed, u))
         if self.fail_eval_at == u:
             raise RuntimeError("killed while scoring")
@@ -709,6 +713,7 @@ def test_an_imported_run_that_does_not_fit_fails_before_training(qc, study, tmp_
 @pytest.mark.parametrize("bad, message", [("missing.json", "not a quality_compare report"),
                                           ("empty.json", "not a quality_compare report"),
                                           ("runs-a-list.json", "its runs and meta are not mappings"),
+                                          ("config-runs-a-list.json", "its runs of 00-transformer are not a mapping"),
                                           ("other-torch.json", "made with other versions (torch 1.0 there"),
                                           ("twice", "is in both")])
 def test_an_import_that_cannot_fit_fails_before_the_data_is_prepared(qc, study, tmp_path, monkeypatch, capsys,
@@ -717,6 +722,7 @@ def test_an_import_that_cannot_fit_fails_before_the_data_is_prepared(qc, study, 
     r = json.loads(report.read_text())
     (tmp_path / "empty.json").write_text("{}")
     (tmp_path / "runs-a-list.json").write_text(json.dumps(dict(r, runs=[])))
+    (tmp_path / "config-runs-a-list.json").write_text(json.dumps(dict(r, runs=dict(r["runs"], **{"00-transformer": []}))))
     (tmp_path / "other-torch.json").write_text(json.dumps(dict(r, meta=dict(r["meta"], torch="1.0"))))
     imports = [str(report), str(report)] if bad == "twice" else [str(tmp_path / bad)]
     prepared, run = [], qc.subprocess.run
@@ -735,9 +741,9 @@ def test_an_import_that_cannot_fit_fails_before_the_data_is_prepared(qc, study, 
 
 
 @pytest.mark.parametrize("split, damage, message", [
-    ("test", "fewer", "the binarised test split has 79 sentences"),
-    ("valid", "fewer", "the binarised valid split has 59 sentences"),
-    ("test", "missing", "has no binarised test split (test.zh-en.zh.idx)"),
+    ("test", "fewer", "test.zh-en.zh.idx holds 79 sentences, "),
+    ("valid", "fewer", "valid.zh-en.zh.idx holds 59 sentences, "),
+    ("test", "missing", "no binarised test split of zh -> en in "),
 ])
 def test_raw_and_binarised_data_of_two_preparations_fail_before_training(qc, study, capsys, split, damage, message):
     """Every scored checkpoint is checked sentence by sentence against the raw references:
@@ -750,6 +756,40 @@ def test_raw_and_binarised_data_of_two_preparations_fail_before_training(qc, stu
         _main(qc, study, "--valid-bleu")
     assert e.value.code == 2 and message in capsys.readouterr().err
     assert study.fakes.train_calls == []
+
+
+def test_the_direction_asked_for_reaches_every_training_and_scoring(qc, study):
+    _main(qc, study, "--seeds", "1", "--valid-bleu", "--curve-updates", "20")
+    assert {d for d in study.fakes.directions} == {("train", ("zh", "en")), ("test", ("zh", "en")),
+                                                    ("valid", ("zh", "en"))}
+    # en -> zh on the same zh-en data: fairseq also reads test.zh-en.en as the source of en-zh
+    for split, n in (("test", 80), ("valid", 60)):
+        (study.data / "raw" / f"{split}.zh").write_text("".join(r + "\n" for r in _refs(n, seed=int(split == "valid"))))
+    study.fakes.directions.clear()
+    _main(qc, study, "--seeds", "1", "--valid-bleu", "--src", "en", "--tgt", "zh", "--out-dir", str(study.out) + "-en-zh")
+    assert {d for d in study.fakes.directions} == {("train", ("en", "zh")), ("test", ("en", "zh")),
+                                                    ("valid", ("en", "zh"))}
+
+
+def test_an_out_dir_holds_the_runs_of_one_data_set(qc, study, capsys):
+    _main(qc, study, "--seeds", "1")
+    n_train = len(study.fakes.train_calls)
+    (study.data / "bin" / "dict.en.txt").write_text("w1 5\n")  # prepared again: another vocabulary
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study, "--seeds", "1")
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "holds runs of other data" in err and "data_sha256" in err
+    assert len(study.fakes.train_calls) == n_train  # nothing "done already" from the other data
+
+
+def test_a_gpu_whose_name_cannot_be_read_is_still_pinned_without_a_false_warning(qc, study, monkeypatch, capsys):
+    unnamed = "unnamed GPU (its name could not be read: RuntimeError)"
+    monkeypatch.setattr(qc, "_GPU_PROBE", {"result": (unnamed, 2, [unnamed, "NVIDIA H100 80GB HBM3"])})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    _main(qc, study, "--seeds", "1", "--jobs", "2")
+    err = capsys.readouterr().err
+    assert "2 GPUs: each run sees one" in err
+    assert "runs are not given one GPU each" not in err and "models" not in err
 
 
 def test_a_report_is_written_whole_or_not_at_all(qc, study, monkeypatch):
@@ -1148,15 +1188,20 @@ def test_the_gpu_given_to_a_run_reaches_fairseq_train_and_generate(qc, tmp_path,
 
     envs = []
 
+    cmds = []
+
     def fake_run(cmd, env=None, **kwargs):  # both modules call the one subprocess.run
         envs.append((cmd[cmd.index("-m") + 1], env))
+        cmds.append(cmd)
         return types.SimpleNamespace(returncode=0, stdout="H-0\t-0.1\thello world\n", stderr="")
 
     assert generate_module.subprocess is qc.subprocess
     monkeypatch.setattr(qc.subprocess, "run", fake_run)
     pin = {"CUDA_VISIBLE_DEVICES": "5"}
     qc.train("bin", [], ["--arch", "transformer"], 10, 1, str(tmp_path / "ck"), str(tmp_path / "train.log"),
-             extra_env=pin)
+             extra_env=pin, langs=("en", "zh"))
+    train_cmd = " ".join(cmds[0])
+    assert "--source-lang en --target-lang zh" in train_cmd  # not left to the first file name fairseq finds
     (tmp_path / "test.en").write_text("hello world\n")
     (tmp_path / "ck.pt").touch()
     qc.evaluate(str(tmp_path), str(tmp_path / "ck.pt"), str(tmp_path / "test.en"), 5, str(tmp_path / "ev"),
