@@ -193,3 +193,12 @@ def test_fairseq_ctx_train_repairs_before_it_starts_fairseq(tmp_path, monkeypatc
         train.main(common)
     assert exit_.value.code == 0 and started_with == [cut, whole]
     assert "train: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [["--save-dir", "elsewhere"], ["--save-dir=elsewhere"], ["--checkpoint-suffix", "-a"]])
+def test_the_runner_refuses_to_move_a_cells_checkpoints(tmp_path, extra):
+    """Repair, averaging and evaluation read <cell>/checkpoints: a --save-dir (or a suffix)
+    passed through to fairseq-train would train where none of them looks."""
+    with pytest.raises(SystemExit) as e:
+        runner.main("cao_table2", ["--dry-run", "--results", str(tmp_path), "--", *extra])
+    assert "after '--' is not allowed" in str(e.value) and not any(tmp_path.iterdir())
