@@ -202,3 +202,13 @@ def test_the_runner_refuses_to_move_a_cells_checkpoints(tmp_path, extra):
     with pytest.raises(SystemExit) as e:
         runner.main("cao_table2", ["--dry-run", "--results", str(tmp_path), "--", *extra])
     assert "after '--' is not allowed" in str(e.value) and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("extra", [["--save-dir", "elsewhere"], ["--checkpoint-suffix=-a"]])
+def test_fairseq_ctx_train_refuses_to_move_the_checkpoints_it_repairs(tmp_path, extra):
+    from fairseq_ctx.reproduce import train
+
+    with pytest.raises(SystemExit) as e:
+        train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path), "--save-dir", str(tmp_path / "ck"),
+                    "--dry-run", "--", *extra])
+    assert "after '--' is not allowed" in str(e.value)

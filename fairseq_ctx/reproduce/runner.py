@@ -685,9 +685,9 @@ def main(table_key, argv=None):
     argv, train_extra = train_mod.split_extra(argv)
     options = build_parser(table).parse_args(argv)
     # the runner owns where a cell's checkpoints go (repair, averaging and evaluation read them there)
-    owned = [w for w in train_extra if w.split("=")[0] in ("--save-dir", "--checkpoint-suffix")]
+    owned = train_mod.checkpoint_options(train_extra)
     if owned:
-        sys.exit(f"reproduce: {owned[0].split('=')[0]} after '--' is not allowed: each cell trains into "
+        sys.exit(f"reproduce: {owned[0]} after '--' is not allowed: each cell trains into "
                  "<results>/.../checkpoints (set --results to move every cell)")
     options.train_extra = train_extra
     if options.smoke:

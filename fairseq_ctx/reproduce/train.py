@@ -260,9 +260,18 @@ def split_extra(argv):
     return argv, []
 
 
+def checkpoint_options(extra):
+    """The options among fairseq-train's extra arguments that move or rename the checkpoints
+    (the checkpoint repair, averaging and evaluation read SAVE_DIR/checkpoint_last.pt)."""
+    return [w.split("=")[0] for w in extra if w.split("=")[0] in ("--save-dir", "--checkpoint-suffix")]
+
+
 def main(argv=None):
     argv, extra = split_extra(argv)
     args = build_parser().parse_args(argv)
+    if checkpoint_options(extra):
+        sys.exit(f"train: {checkpoint_options(extra)[0]} after '--' is not allowed: pass --save-dir before '--' "
+                 "(the checkpoint repair before a resumption reads SAVE_DIR/checkpoint_last.pt)")
     args.config = config_path(args.config)
     if not os.path.isfile(args.config):
         sys.exit(f"train: config not found: {args.config} (a path, or <paper>/<row>.args among {CONFIGS})")
