@@ -836,7 +836,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         if (trained and _as_training_key(trained.get("settings")) == train_key and os.path.exists(last)
                 and set(needed) <= set(trained.get("curve_updates", []))):
             train_s, resumed_at = trained.get("train_seconds", 0.0), trained.get("resumed_at_update")
-            trained_with = trained.get("trained_with")
+            trained_with, earlier_attempts = trained.get("trained_with"), trained.get("earlier_attempts")
             log(f"[quality] {name} seed {seed}: trained already, scoring its checkpoints")
         else:
             key = {"settings": train_key, "curve_updates": curve_updates}
@@ -845,7 +845,15 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                         "curve_updates": started.get("curve_updates")} == key and os.path.exists(last))
             if resumed and not written_to_the_end(last):
                 resumed = resume_from_a_whole_checkpoint(name, seed, ckpt_dir, last)
+            # where each attempt of this training ran: a resumption on another host or GPU
+            # continues in another floating-point order, so the record names every one
+            trained_with = _run_provenance(threads, [*common, *configs[name]], device, pinned_name(device))
+            earlier_attempts = None
             if resumed:
+                earlier_attempts = started.get("attempts") or [
+                    {"note": "not recorded (the training started before attempts were recorded)"}]
+                _write_json(os.path.join(ckpt_dir, "started.json"),
+                            {**key, "attempts": [*earlier_attempts, trained_with]})
                 # an interrupted training of exactly this: fairseq resumes from checkpoint_last.pt
                 log(f"[quality] {name} seed {seed}: resuming the interrupted training")
             else:
@@ -868,19 +876,19 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 shutil.rmtree(ckpt_dir, ignore_errors=True)
                 if os.path.exists(log_path):
                     os.remove(log_path)
-                _write_json(os.path.join(ckpt_dir, "started.json"), key)
+                _write_json(os.path.join(ckpt_dir, "started.json"), {**key, "attempts": [trained_with]})
             log(f"[quality] {name} seed {seed}: training {updates} updates"
                 + (f", checkpoints at {', '.join(map(str, curve_updates))}" if curve_updates else "")
                 + f" ({time.strftime('%H:%M:%S')})")
             kwargs = {"curve_updates": curve_updates, **pin} if curve_updates else dict(pin)
             kwargs.update(train_langs)
-            trained_with = _run_provenance(threads, [*common, *configs[name]], device, pinned_name(device))
             train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
                                threads, **kwargs)
             resumed_at = _resumed_at_update(log_path) if resumed else None
             _write_json(os.path.join(ckpt_dir, "trained.json"),
                         {"settings": train_key, "curve_updates": curve_updates, "train_seconds": round(train_s, 1),
-                         "resumed_at_update": resumed_at, "trained_with": trained_with})
+                         "resumed_at_update": resumed_at, "trained_with": trained_with,
+                         **({"earlier_attempts": earlier_attempts} if earlier_attempts else {})})
         if final is None:
             t0 = time.time()
             res, hyps = eval_fn(data_bin, last, ref, beam, os.path.join(run_dir, "eval"), gen_args=gen_args,
@@ -888,6 +896,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             final = {"settings": settings, "bleu": res["bleu"], "signature": res.get("signature"),
                      "sentences": res.get("sentences"), "train_seconds": round(train_s, 1),
                      "eval_seconds": round(time.time() - t0, 1), "trained_with": trained_with, "hyps": hyps}
+            if earlier_attempts:  # trained_with: the attempt that finished; these: the ones it resumed
+                final["earlier_attempts"] = earlier_attempts
             if resumed_at is not None:
                 # train_seconds then counts only the part after the interruption
                 final["resumed_at_update"] = resumed_at

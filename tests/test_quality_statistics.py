@@ -975,10 +975,13 @@ def test_an_interrupted_run_started_under_the_older_key_still_resumes(qc, study)
     assert key["settings"].startswith(f"updates={UPDATES} common=")  # no beam in the training key
     key["settings"] = key["settings"].replace(f"updates={UPDATES} ", f"updates={UPDATES} beam=5 ", 1).replace(
         " args=", " gen= args=", 1)
+    del key["attempts"]  # recorded from 2026-11-26 on
     started.write_text(json.dumps(key))
     q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
     assert q["runs"]["00-transformer"]["1"]["resumed_at_update"] == 25
     assert q["runs"]["00-transformer"]["1"]["settings"] == key["settings"]  # the older key was the whole settings
+    assert q["runs"]["00-transformer"]["1"]["earlier_attempts"] == [
+        {"note": "not recorded (the training started before attempts were recorded)"}]
 
 
 def test_a_run_resumed_twice_records_the_last_resumption(qc, study):
@@ -987,7 +990,11 @@ def test_a_run_resumed_twice_records_the_last_resumption(qc, study):
     q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
     log = (study.out / "runs" / "00-transformer" / "seed1" / "train.log").read_text()
     assert re.findall(r"@ (\d+) updates", log) == ["25", "40"]
-    assert q["runs"]["00-transformer"]["1"]["resumed_at_update"] == 40
+    run = q["runs"]["00-transformer"]["1"]
+    assert run["resumed_at_update"] == 40
+    # where every attempt ran: the first, the one resumed at 25 (both killed), the one that finished
+    assert len(run["earlier_attempts"]) == 2 and all(a["host"] and a["started"] for a in run["earlier_attempts"])
+    assert run["trained_with"]["started"] >= run["earlier_attempts"][-1]["started"]
 
 
 def test_a_run_restarted_from_scratch_is_not_marked_by_an_earlier_resumption_in_its_log(qc, study):
@@ -996,6 +1003,7 @@ def test_a_run_restarted_from_scratch_is_not_marked_by_an_earlier_resumption_in_
     q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
     assert "Loaded checkpoint" not in (study.out / "runs" / "00-transformer" / "seed1" / "train.log").read_text()
     assert "resumed_at_update" not in q["runs"]["00-transformer"]["1"]
+    assert "earlier_attempts" not in q["runs"]["00-transformer"]["1"]  # started over: one attempt
     assert study.fakes.train_calls[-1]["updates"] == UPDATES
 
 
