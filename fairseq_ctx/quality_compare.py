@@ -1030,6 +1030,37 @@ def learning_curves(results, baselines, seeds):
     return curves, comparisons
 
 
+def _data_record_of(out_dir, data_id):
+    """The data OUT_DIR's runs were trained on (OUT_DIR/data.json). An out-dir without one
+    (made before it was kept) gets DATA_ID written, after what can be checked: the data of
+    the report it holds (quality.json), and that runs made before --src / --tgt reached the
+    trainings are of the default direction (fairseq then guessed it from file names).
+    ValueError: the record cannot be read, or such an out-dir cannot be adopted."""
+    path = os.path.join(out_dir, "data.json")
+    if os.path.exists(path):
+        recorded = _read_json(path)
+        if not (isinstance(recorded, dict) and set(recorded) == set(data_id)):
+            raise ValueError(f"{path} is not a data record of fairseq-ctx-quality-compare: move it away "
+                             "(and the runs beside it, unless they were trained on this data)")
+        return recorded
+    runs = os.path.join(out_dir, "runs")
+    if os.path.isdir(runs) and os.listdir(runs):
+        meta = (_read_json(os.path.join(out_dir, "quality.json")) or {}).get("meta") or {}
+        for k in ("data_sha256", "test_refs_sha256"):
+            if meta.get(k) and data_id[k] and meta[k] != data_id[k]:
+                raise ValueError(f"{out_dir} holds runs of other data ({k} of its quality.json differs): pass "
+                                 "another --out-dir")
+        if (data_id["src"], data_id["tgt"]) != ("zh", "en"):
+            raise ValueError(f"{out_dir} holds runs made before --src / --tgt reached fairseq-train (it took the "
+                             f"direction from file names): they are not adopted for {data_id['src']} -> "
+                             f"{data_id['tgt']}; pass another --out-dir")
+        if not meta.get("data_sha256"):
+            print(f"[quality] warning: {out_dir} holds runs from before data.json was kept and no report to check "
+                  "their data against: they are reused as trained on this data", file=sys.stderr)
+    _write_json(path, data_id)
+    return data_id
+
+
 def main(argv=None, train_fn=train, eval_fn=evaluate):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", default="work/demo/data",
@@ -1075,8 +1106,8 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     p.add_argument("--out-dir", default="work/quality")
     p.add_argument("--json", default=None, help="default OUT_DIR/quality.json")
     p.add_argument("--markdown", default=None, help="default OUT_DIR/quality.md")
-    p.add_argument("--src", default="zh")
-    p.add_argument("--tgt", default="en")
+    p.add_argument("--src", default="zh", help="source language of the data (every training and scoring)")
+    p.add_argument("--tgt", default="en", help="target language")
     p.add_argument("gen_args", nargs="*", help="extra fairseq-generate arguments (after --)")
     a = p.parse_args(argv)
     try:
@@ -1099,6 +1130,14 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
         if b is None and arch_of(configs[n]) not in STOCK_ARCHS:
             print(f"[quality] warning: {n} has no baseline among the selected configs", file=sys.stderr)
     common = read_args_file(a.common or os.path.join(a.config_dir, "train.common"))
+    # the direction is --src / --tgt, given to every training and scoring: settings that name
+    # another would be overridden in training only
+    for where, words in [("--common", common), *((f"{n}.args", v) for n, v in configs.items())]:
+        for aliases, wanted in ((("-s", "--source-lang"), a.src), (("-t", "--target-lang"), a.tgt)):
+            given = {v for alias in aliases if (v := _last_option(words, alias)) is not None}
+            if given - {wanted}:
+                p.error(f"{where} sets {aliases[1]} {sorted(given - {wanted})[0]}, this comparison is "
+                        f"{a.src} -> {a.tgt}: set the direction with --src / --tgt")
 
     # the reports to import are read and checked before data preparation (minutes) where the
     # data is not needed: a wrong path, a report of other versions or a seed in two reports
@@ -1132,6 +1171,9 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
                 rec = runs_of_config.get(str(seed))
                 if rec is None:
                     continue
+                if not (isinstance(rec, dict) and all(isinstance(rec.get(k) or {}, dict)
+                                                      for k in ("curve", "valid", "valid_bleu"))):
+                    p.error(f"--import-runs {path}: not a quality_compare report ({name} seed {seed} is not a run record)")
                 if seed in imported.get(name, {}):
                     p.error(f"--import-runs: {name} seed {seed} is in both {imported[name][seed][1]} and {path}")
                 imported.setdefault(name, {})[seed] = (rec, path)
@@ -1187,14 +1229,15 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     os.makedirs(a.out_dir, exist_ok=True)
     # runs are reused by their settings, which do not name the data: one out-dir, one data set
     data_id = {"data_sha256": data_sha256, "test_refs_sha256": refs_sha256, "src": a.src, "tgt": a.tgt}
-    data_json = os.path.join(a.out_dir, "data.json")
-    recorded = _read_json(data_json)
-    if recorded and recorded != data_id:
+    try:
+        recorded = _data_record_of(a.out_dir, data_id)
+    except ValueError as error:
+        p.error(str(error))
+    if recorded != data_id:
         differs = ", ".join(k for k in data_id if recorded.get(k) != data_id[k])
-        p.error(f"{a.out_dir} holds runs of other data than {a.data_dir} ({differs} differ from {data_json}); "
-                "they would be reused as if trained on it: pass another --out-dir")
-    if recorded is None:  # out-dirs from before this check start recording here
-        _write_json(data_json, data_id)
+        p.error(f"{a.out_dir} holds runs of other data than {a.data_dir} ({differs} differ: "
+                f"{os.path.join(a.out_dir, 'data.json')}); they would be reused as if trained on it: pass another "
+                "--out-dir (or delete that file if the runs were trained on exactly this data)")
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     gpus, gpus_per_run = None, None
     if "--cpu" not in common:
@@ -1244,7 +1287,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
     curves, curve_comparisons = learning_curves(results, baselines, a.seeds)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "updates": a.updates, "seeds": a.seeds,
-            "beam": a.beam, "data": a.data_dir, "test_sentences": len(refs),
+            "beam": a.beam, "data": a.data_dir, "src": a.src, "tgt": a.tgt, "test_sentences": len(refs),
             "test_refs_sha256": refs_sha256, "data_sha256": data_sha256, "valid_bleu": a.valid_bleu,
             "common": " ".join(common), "curve_updates": curve_updates + [a.updates],
             "curve_training": (f"as common, without --disable-validation, plus --save-interval-updates "

@@ -714,6 +714,7 @@ def test_an_imported_run_that_does_not_fit_fails_before_training(qc, study, tmp_
                                           ("empty.json", "not a quality_compare report"),
                                           ("runs-a-list.json", "its runs and meta are not mappings"),
                                           ("config-runs-a-list.json", "its runs of 00-transformer are not a mapping"),
+                                          ("seed-a-list.json", "00-transformer seed 1 is not a run record"),
                                           ("other-torch.json", "made with other versions (torch 1.0 there"),
                                           ("twice", "is in both")])
 def test_an_import_that_cannot_fit_fails_before_the_data_is_prepared(qc, study, tmp_path, monkeypatch, capsys,
@@ -723,6 +724,7 @@ def test_an_import_that_cannot_fit_fails_before_the_data_is_prepared(qc, study, 
     (tmp_path / "empty.json").write_text("{}")
     (tmp_path / "runs-a-list.json").write_text(json.dumps(dict(r, runs=[])))
     (tmp_path / "config-runs-a-list.json").write_text(json.dumps(dict(r, runs=dict(r["runs"], **{"00-transformer": []}))))
+    (tmp_path / "seed-a-list.json").write_text(json.dumps(dict(r, runs=dict(r["runs"], **{"00-transformer": {"1": []}}))))
     (tmp_path / "other-torch.json").write_text(json.dumps(dict(r, meta=dict(r["meta"], torch="1.0"))))
     imports = [str(report), str(report)] if bad == "twice" else [str(tmp_path / bad)]
     prepared, run = [], qc.subprocess.run
@@ -780,6 +782,61 @@ def test_an_out_dir_holds_the_runs_of_one_data_set(qc, study, capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and "holds runs of other data" in err and "data_sha256" in err
     assert len(study.fakes.train_calls) == n_train  # nothing "done already" from the other data
+
+
+@pytest.mark.parametrize("case", ["other data", "no report", "other direction", "not a record"])
+def test_an_out_dir_from_before_data_json_is_checked_before_its_runs_are_adopted(qc, study, capsys, case):
+    _main(qc, study, "--seeds", "1")
+    n_train = len(study.fakes.train_calls)
+    data_json = study.out / "data.json"
+    data_json.unlink()  # made by an earlier version
+    if case == "other data":  # its report names the data its runs were trained on
+        (study.data / "bin" / "dict.en.txt").write_text("w1 5\n")
+    if case == "no report":
+        (study.out / "quality.json").unlink()
+    if case == "not a record":
+        data_json.write_text("{}")
+    args = ["--src", "en", "--tgt", "zh"] if case == "other direction" else []
+    if case == "other direction":
+        for split, n in (("test", 80), ("valid", 60)):
+            (study.data / "raw" / f"{split}.zh").write_text("".join(r + "\n" for r in _refs(n)))
+    if case == "no report":  # nothing to check against: adopted, and said
+        _main(qc, study, "--seeds", "1")
+        assert "no report to check their data against" in capsys.readouterr().err
+        assert len(study.fakes.train_calls) == n_train and json.loads(data_json.read_text())["src"] == "zh"
+        return
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study, "--seeds", "1", *args)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(study.fakes.train_calls) == n_train
+    assert {"other data": "data_sha256 of its quality.json differs", "other direction": "made before --src / --tgt",
+            "not a record": "is not a data record"}[case] in err
+
+
+@pytest.mark.parametrize("where, words", [("train.common", "--lr 1e-3 --disable-validation -s en"),
+                                          ("01-good.args", "--arch transformer_x --target-lang zh")])
+def test_settings_that_name_another_direction_are_refused(qc, study, capsys, where, words):
+    (study.out.parent / "configs" / where).write_text(words + "\n")
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study, "--seeds", "1")
+    assert e.value.code == 2 and "set the direction with --src / --tgt" in capsys.readouterr().err
+    assert study.fakes.train_calls == []
+
+
+def test_data_is_prepared_with_the_scripts_own_pair_and_the_direction(qc, study, tmp_path, monkeypatch):
+    prepared, run = [], qc.subprocess.run
+
+    def data_preparation_recorded(cmd, **kwargs):
+        if cmd[:2] == ["bash", qc.TATOEBA_SCRIPT]:
+            prepared.append(cmd[2:])
+            raise SystemExit("recorded")  # the test stops here
+        return run(cmd, **kwargs)
+
+    monkeypatch.setattr(qc.subprocess, "run", data_preparation_recorded)
+    for src, tgt, pair in (("zh", "en", "zh-en"), ("en", "zh", "zh-en"), ("en", "ja", "ja-en")):
+        with pytest.raises(SystemExit):
+            _main(qc, study, "--data-dir", str(tmp_path / "new"), "--src", src, "--tgt", tgt)
+        assert prepared[-1][:6] == ["--pair", pair, "--src", src, "--tgt", tgt]
 
 
 def test_a_gpu_whose_name_cannot_be_read_is_still_pinned_without_a_false_warning(qc, study, monkeypatch, capsys):
