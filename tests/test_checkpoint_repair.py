@@ -101,9 +101,9 @@ def _fairseq_save_dir(cell):
     return pathlib.Path(cell.train_cmd[cell.train_cmd.index("--save-dir") + 1])
 
 
-def test_a_repair_stays_recorded_when_the_repaired_attempt_fails(tmp_path):
-    """Attempt 1 is repaired and dies; attempt 2 finds a whole checkpoint_last.pt (nothing
-    to repair) and finishes: its train.json still says the training resumed from a copy."""
+def _repaired_attempt_that_dies(tmp_path):
+    """A cell whose cut-off checkpoint_last.pt is repaired (from update 900) by an attempt
+    that then dies: (cell, training directory, save dir)."""
     table = tables.TABLES["cao_table2"]
     from tests.test_reproduce_road import _options
 
@@ -116,6 +116,13 @@ def test_a_repair_stays_recorded_when_the_repaired_attempt_fails(tmp_path):
     cell.train_cmd = [sys.executable, "-c", "import sys; sys.exit(3)"]  # killed again
     runner.run_cell(cell, "cpu", False, dict(os.environ))
     assert cell.message.startswith("training exited 3") and not (train_dir / "train.json").exists()
+    return cell, train_dir, save_dir
+
+
+def test_a_repair_stays_recorded_when_the_repaired_attempt_fails(tmp_path):
+    """Attempt 1 is repaired and dies; attempt 2 finds a whole checkpoint_last.pt (nothing
+    to repair) and finishes: its train.json still says the training resumed from a copy."""
+    cell, train_dir, save_dir = _repaired_attempt_that_dies(tmp_path)
     cell.train_cmd = [sys.executable, "-c", "pass"]
     runner.run_cell(cell, "cpu", False, dict(os.environ))
     assert cell.message.startswith("evaluation of"), cell.message
@@ -126,17 +133,7 @@ def test_a_repair_stays_recorded_when_the_repaired_attempt_fails(tmp_path):
 def test_a_training_started_over_is_not_charged_with_an_earlier_repair(tmp_path):
     """A repaired attempt fails; the user deletes the checkpoints and trains again from the
     beginning: that training's train.json says nothing of the earlier repair."""
-    table = tables.TABLES["cao_table2"]
-    from tests.test_reproduce_road import _options
-
-    cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path), str(tmp_path))[0]
-    train_dir, save_dir = tmp_path.joinpath(cell.train_dir), _fairseq_save_dir(cell)
-    save_dir.mkdir(parents=True)
-    _save(save_dir / "checkpoint_3_900.pt", 900)
-    _save(save_dir / "checkpoint_last.pt", 950)
-    _cut(save_dir / "checkpoint_last.pt")
-    cell.train_cmd = [sys.executable, "-c", "import sys; sys.exit(3)"]
-    runner.run_cell(cell, "cpu", False, dict(os.environ))
+    cell, train_dir, save_dir = _repaired_attempt_that_dies(tmp_path)
     for path in save_dir.glob("*.pt"):  # only the checkpoints: what a user clears to start over
         path.unlink()
     cell.train_cmd = [sys.executable, "-c", "pass"]
