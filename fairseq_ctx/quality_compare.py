@@ -914,7 +914,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                     continue
                 t0 = time.time()
                 point_dir = os.path.dirname(_point_path(run_dir, u, subset))
-                kwargs = {"subset": subset, **pin, **eval_langs} if subset != "test" else {**pin, **eval_langs}
+                kwargs = {**pin, **eval_langs, **({"subset": subset} if subset != "test" else {})}
                 res, hyps = eval_fn(data_bin, ckpt, ref_u, beam, os.path.join(point_dir, "eval"),
                                     gen_args=gen_args, **kwargs)
                 scored[u] = {"settings": settings, "updates": u, "subset": subset, "bleu": res["bleu"],

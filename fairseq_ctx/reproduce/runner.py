@@ -31,7 +31,7 @@ import time
 from typing import Dict, List, Optional
 
 from ..atomic import atomic_write
-from ..checkpoint_repair import repair_before_resuming
+from ..checkpoint_repair import LAST, repair_before_resuming
 from ..paths import CHECKOUT, WORK_DIR
 from . import train as train_mod
 from .train import CONFIGS, PAPER_SETTING, ROOT
@@ -467,7 +467,7 @@ def _repairs_so_far(checkpoint_dir, repaired):
     a new list: repairs of checkpoints since deleted are not its own."""
     path = os.path.join(checkpoint_dir, "checkpoint_repairs.json")
     repairs = []
-    if os.path.exists(os.path.join(checkpoint_dir, "checkpoint_last.pt")):
+    if os.path.exists(os.path.join(checkpoint_dir, LAST)):
         try:
             with open(path, encoding="utf-8") as handle:
                 repairs = json.load(handle)

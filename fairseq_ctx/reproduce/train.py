@@ -269,8 +269,9 @@ def checkpoint_options(extra):
 def main(argv=None):
     argv, extra = split_extra(argv)
     args = build_parser().parse_args(argv)
-    if checkpoint_options(extra):
-        sys.exit(f"train: {checkpoint_options(extra)[0]} after '--' is not allowed: pass --save-dir before '--' "
+    moved = checkpoint_options(extra)
+    if moved:
+        sys.exit(f"train: {moved[0]} after '--' is not allowed: pass --save-dir before '--' "
                  "(the checkpoint repair before a resumption reads SAVE_DIR/checkpoint_last.pt)")
     args.config = config_path(args.config)
     if not os.path.isfile(args.config):
