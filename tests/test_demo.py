@@ -54,8 +54,15 @@ def test_on_a_node_with_several_gpus_each_row_sees_one(tiny_corpus, tmp_path):
     first = run_demo(demo_dir, env)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-4000:]
     assert "00-transformer: training 2 updates" in first.stdout and "01-" in first.stdout
-    lines = [line for line in first.stdout.splitlines() if ": training 2 updates" in line]
-    assert [line.rsplit(" ", 1)[-1] for line in lines] == ["CUDA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=1"]
+    # the two rows run at once, so their lines come in either order: pin the row -> GPU mapping
+    given = {
+        line.split(": ", 2)[1]: line.rsplit(" ", 1)[-1]
+        for line in first.stdout.splitlines()
+        if ": training 2 updates" in line
+    }
+    assert len(given) == 2 and given.pop("00-transformer") == "CUDA_VISIBLE_DEVICES=0", first.stdout
+    [(row_01, device_01)] = given.items()
+    assert row_01.startswith("01-") and device_01 == "CUDA_VISIBLE_DEVICES=1", first.stdout
     # CUDA_VISIBLE_DEVICES set but empty hides every GPU: no row is given one
     hidden = run_demo(tmp_path / "demo-cpu", {**env, "DEMO_ROWS": "00-*", "CUDA_VISIBLE_DEVICES": ""})
     assert hidden.returncode == 0, hidden.stderr[-3000:]
