@@ -209,3 +209,49 @@ def test_fairseq_ctx_train_refuses_to_move_the_checkpoints_it_repairs(tmp_path, 
         train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path), "--save-dir", str(tmp_path / "ck"),
                     "--dry-run", "--", *extra])
     assert "after '--' is not allowed" in str(e.value)
+
+
+@pytest.mark.parametrize("table_key, extra, reason", [
+    ("cao_table2", ["--no-save"], "--no-save"),
+    ("cao_table2", ["--no-last-checkpoints"], "checkpoint_last.pt"),
+    ("cao_table2", ["--keep-interval-updates", "2"], "at least 5 must be kept"),
+    ("cao_table2", ["--keep-interval-updates=4"], "at least 5 must be kept"),
+    ("cao_table2", ["--max-update", "4999", "--save-interval-updates", "1000"], "writes 4 interval checkpoints"),
+    ("cao_table2", ["--save-interval-updates", "0"], "no numbered checkpoint"),
+    ("iida2019_table2", ["--disable-validation"], "no checkpoint_best.pt"),
+])
+def test_the_runner_refuses_options_that_leave_the_evaluation_without_its_checkpoints(tmp_path, table_key, extra,
+                                                                                      reason):
+    """Cao's tables average the last 5 interval checkpoints, Iida's evaluate checkpoint_best.pt:
+    a fairseq-train option after '--' that keeps fewer (or none) would fail at the evaluation,
+    after the whole training; refused before anything runs, naming the option."""
+    with pytest.raises(SystemExit) as e:
+        runner.main(table_key, ["--dry-run", "--results", str(tmp_path), "--", *extra])
+    message = str(e.value)
+    assert reason in message and extra[0].split("=")[0] in message and "nothing was trained" in message
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("table_key, extra", [
+    ("cao_table2", ["--keep-interval-updates", "5"]),
+    ("cao_table2", ["--keep-interval-updates", "-1", "--max-update", "5000", "--save-interval-updates", "1000"]),
+    ("iida2019_table2", ["--keep-last-epochs", "1", "--no-epoch-checkpoints"]),
+], ids=["keeps-exactly-5", "keeps-all-5-written", "best-needs-no-numbered"])
+def test_the_runner_accepts_options_that_keep_what_the_evaluation_reads(tmp_path, table_key, extra, capsys):
+    runner.main(table_key, ["--dry-run", "--results", str(tmp_path), "--", *extra])
+    assert "fairseq_cli.train" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("config, extra, reason", [
+    ("yang2019/both.args", ["--keep-interval-updates", "3"], "--paper yang2019"),
+    ("iida2019/lstm.args", ["--disable-validation"], "--paper iida2019"),
+    ("iida2019/lstm.args", ["--no-save"], "nothing to evaluate"),
+])
+def test_fairseq_ctx_train_refuses_options_that_leave_the_evaluation_without_its_checkpoints(tmp_path, config, extra,
+                                                                                            reason):
+    from fairseq_ctx.reproduce import train
+
+    with pytest.raises(SystemExit) as e:
+        train.main([config, "cpu", "--data", str(tmp_path), "--save-dir", str(tmp_path / "ck"), "--dry-run", "--",
+                    *extra])
+    assert reason in str(e.value) and extra[0] in str(e.value) and not (tmp_path / "ck").exists()

@@ -32,6 +32,7 @@ from typing import Dict, List, Optional
 
 from ..atomic import atomic_write
 from ..checkpoint_repair import LAST, repair_before_resuming
+from ..evaluation.defaults import checkpoint_choice
 from ..paths import CHECKOUT, WORK_DIR
 from . import train as train_mod
 from .train import CONFIGS, PAPER_SETTING, ROOT
@@ -734,6 +735,11 @@ def main(table_key, argv=None):
         cells = build_cells(table, rows, options, options.results, options.data_root)
     except train_mod.BatchError as error:
         sys.exit(f"reproduce: {error}")
+    for cell in cells:
+        conflict = train_mod.checkpoint_conflict(cell.train_cmd, table.evaluation)
+        if conflict:
+            sys.exit(f"reproduce: {cell.name}: {conflict} (the table's evaluation: "
+                     f"{checkpoint_choice(table.evaluation)}); nothing was trained")
     if options.dry_run:
         for cell in cells:
             if cell.hw.effective is not None:

@@ -266,6 +266,60 @@ def checkpoint_options(extra):
     return [w.split("=")[0] for w in extra if w.split("=")[0] in ("--save-dir", "--checkpoint-suffix")]
 
 
+def _last_value(words, option):
+    """The value fairseq-train takes for ``option`` (argparse: the last of '--opt v' / '--opt=v')."""
+    value = None
+    for i, word in enumerate(words):
+        if word == option and i + 1 < len(words):
+            value = words[i + 1]
+        elif word.startswith(option + "="):
+            value = word.split("=", 1)[1]
+    return value
+
+
+def _int_value(words, option, default):
+    try:
+        return int(_last_value(words, option))
+    except (TypeError, ValueError):  # absent (fairseq's default), or a value fairseq rejects itself
+        return default
+
+
+def checkpoint_conflict(words, settings=None):
+    """What in a fairseq-train command (every word: config, setting, extra) would leave a
+    resumption, or the evaluation ``settings`` (evaluation/defaults.py), without the checkpoint
+    it reads; None if nothing. Found before training, not when the evaluation looks hours later."""
+    flags = {word.split("=")[0] for word in words}
+    if "--no-save" in flags:
+        return "--no-save: no checkpoint is written, so there is nothing to evaluate"
+    if "--no-last-checkpoints" in flags:
+        return ("--no-last-checkpoints: a resumption (and the checkpoint repair before it) reads "
+                "checkpoint_last.pt")
+    if settings is None:
+        return None
+    if settings.average_last:
+        n = settings.average_last
+        # fairseq: --keep-interval-updates / --keep-last-epochs K > 0 delete all but the newest K
+        interval = _int_value(words, "--save-interval-updates", 0)
+        if interval > 0:  # the average then takes checkpoint_E_U.pt (evaluation/average.py)
+            keep = _int_value(words, "--keep-interval-updates", -1)
+            if 0 < keep < n:
+                return (f"--keep-interval-updates {keep}: the evaluation averages the last {n} interval "
+                        f"checkpoints, so at least {n} must be kept")
+            max_update = _int_value(words, "--max-update", 0)
+            if 0 < max_update < n * interval:
+                return (f"--max-update {max_update} with --save-interval-updates {interval} writes "
+                        f"{max_update // interval} interval checkpoints; the evaluation averages the last {n}")
+        elif "--no-epoch-checkpoints" in flags:
+            return (f"--save-interval-updates {interval} with --no-epoch-checkpoints: no numbered "
+                    f"checkpoint is written; the evaluation averages the last {n}")
+        elif 0 < _int_value(words, "--keep-last-epochs", -1) < n:
+            return (f"--keep-last-epochs {_int_value(words, '--keep-last-epochs', -1)}: the evaluation "
+                    f"averages the last {n} epoch checkpoints")
+    elif settings.checkpoint == "checkpoint_best.pt" and "--disable-validation" in flags:
+        return "--disable-validation: no checkpoint_best.pt is written (it is chosen by validation loss)"
+    return None
+
+
 def main(argv=None):
     argv, extra = split_extra(argv)
     args = build_parser().parse_args(argv)
@@ -285,6 +339,13 @@ def main(argv=None):
                             backend=args.backend, hw=hw)
     except (BatchError, FileNotFoundError) as error:
         sys.exit(f"train: {error}")
+    from ..evaluation.defaults import PAPER_DEFAULTS
+
+    paper = paper_of(args.config)
+    conflict = checkpoint_conflict(cmd, PAPER_DEFAULTS.get(paper))
+    if conflict:
+        sys.exit(f"train: {conflict}" + (f" (as fairseq-ctx-evaluate --paper {paper} reads them)"
+                                         if paper in PAPER_DEFAULTS else ""))
     if hw.effective is not None:
         print(f"effective batch: {hw.effective} tokens ({hw.describe()})", flush=True)
     print(shlex.join(cmd), flush=True)
