@@ -39,7 +39,9 @@ choice is not fitted to the test set.
 
 Finished runs and finished curve points (same settings) are not redone, so an
 interrupted comparison resumes (an out-dir holds the runs of one data set and direction,
-recorded in OUT_DIR/data.json: other data is refused, not scored as if the same); asking for new curve points (or ``--valid-bleu``) of
+recorded in OUT_DIR/data.json: other data is refused, not scored as if the same; a run that
+another comparison is training or scoring is refused before anything starts, so two seed sets
+can train in one out-dir at once, each with its own ``--json`` / ``--markdown``); asking for new curve points (or ``--valid-bleu``) of
 finished runs retrains them and scores every point of the run again (final included):
 the same seed retrains bit for bit only on the same host and thread count, so no run's
 scores mix two trainings. With ``--keep-checkpoints``, a rerun with another ``--beam`` or
@@ -719,6 +721,36 @@ def _imported_run(rec, source, name, seed, settings, score_updates, valid_bleu):
     return rec
 
 
+class RunInUse(RuntimeError):
+    """A run that another comparison is training or scoring."""
+
+
+@contextlib.contextmanager
+def _runs_locked(run_dirs):
+    """Hold RUN_DIR/.lock (flock) of every run this process trains or scores, or raise RunInUse
+    before any training: two comparisons on one out-dir (launched twice, or two seed sets)
+    would otherwise train the same checkpoint directory at once. A report of finished runs
+    needs no lock, so one can be written while other seeds train."""
+    import fcntl
+    import socket
+
+    with contextlib.ExitStack() as held:
+        for run_dir in run_dirs:
+            os.makedirs(run_dir, exist_ok=True)
+            handle = held.enter_context(open(os.path.join(run_dir, ".lock"), "a+", encoding="utf-8"))
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                owner = handle.read().strip() or "an unknown process"
+                raise RunInUse(f"{run_dir} is being trained or scored by {owner}: wait for it, or run other "
+                               "seeds / another --out-dir; nothing was started") from None
+            handle.truncate(0)
+            handle.write(f"fairseq-ctx-quality-compare pid {os.getpid()} on {socket.gethostname()}\n")
+            handle.flush()
+        yield
+
+
 def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam=5,
         threads=0, gen_args=(), train_fn=train, eval_fn=evaluate, log=print, jobs=1,
         curve_updates=(), keep_checkpoints=False, valid_ref=None, imported=None, gpus=None, gpus_per_run=None,
@@ -984,7 +1016,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             + (f"; {len(retrain)} finished run(s) will be trained again for new points and all their "
                f"scores redone unless their checkpoints are still there: {', '.join(retrain)}" if retrain else ""))
     # each run is a training and a generation subprocess: threads here only wait on them
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    with _runs_locked([job[2] for job in todo]), \
+            concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(one_run, *job) for job in todo]
         try:
             for future in futures:
@@ -1266,6 +1299,8 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
                       langs=(a.src, a.tgt))
     except ImportedRunMismatch as error:  # found before any training
         p.error(f"--import-runs: {error}")
+    except RunInUse as error:  # found before any training
+        p.error(str(error))
     used = {}
     first = {}  # runs a report had imported itself: the report they were first imported from
     for n in results:

@@ -1439,3 +1439,30 @@ def test_real_tiny_curve_with_a_point_at_an_epoch_end(qc, tiny_corpus, tmp_path)
     assert q["curves"]["00-transformer"]["bleu"]["updates"] == [10, before, epoch_len, 30]
     assert not [f for _, _, fs in os.walk(out) for f in fs if f.endswith(".pt")]
     assert (out / "curves.png").stat().st_size > 0
+
+
+def test_a_run_another_comparison_holds_is_refused_before_any_training(qc, study, capsys):
+    """Two comparisons on one out-dir (launched twice, or two seed sets at once) would train one
+    checkpoint directory together: the second finds the run's lock taken and starts nothing.
+    Finished runs need no lock, so a report of them can still be written meanwhile."""
+    import fcntl
+
+    fk = study.fakes
+    _main(qc, study, "--seeds", "1")
+    trained = len(fk.train_calls)
+    seed2 = study.out / "runs" / "01-good" / "seed2"
+    seed2.mkdir(parents=True)
+    with open(seed2 / ".lock", "w") as other:  # another open file: flock holds it against this process too
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        other.write("fairseq-ctx-quality-compare pid 4242 on node7\n")
+        other.flush()
+        with pytest.raises(SystemExit) as e:
+            _main(qc, study, "--seeds", "1", "2")
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert "seed2 is being trained or scored by fairseq-ctx-quality-compare pid 4242 on node7" in err
+        assert len(fk.train_calls) == trained  # not even 00-transformer seed 2, whose lock was free
+        report = _main(qc, study, "--seeds", "1", "--json", str(study.out / "seed1.json"))
+        assert set(report["runs"]["01-good"]) == {"1"} and len(fk.train_calls) == trained
+    _main(qc, study, "--seeds", "1", "2")  # released: it trains
+    assert {(c["arch"], c["seed"]) for c in fk.train_calls[trained:]} == {("transformer", 2), ("transformer_x", 2)}
