@@ -91,6 +91,7 @@ from .atomic import atomic_write
 from .checkpoint_repair import restore_last_from_newest_whole, written_to_the_end
 from .evaluation.defaults import PAPER_DEFAULTS
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
+from .run_lock import RunInUse, RunLock
 from .reproduce.train import read_args_file
 
 DEMO = PAPER_DEFAULTS["demo"]  # evaluated with the demo's settings
@@ -721,33 +722,19 @@ def _imported_run(rec, source, name, seed, settings, score_updates, valid_bleu):
     return rec
 
 
-class RunInUse(RuntimeError):
-    """A run that another comparison is training or scoring."""
-
-
 @contextlib.contextmanager
 def _runs_locked(run_dirs):
-    """Hold RUN_DIR/.lock (flock) of every run this process trains or scores, or raise RunInUse
-    before any training: two comparisons on one out-dir (launched twice, or two seed sets)
-    would otherwise train the same checkpoint directory at once. A report of finished runs
-    needs no lock, so one can be written while other seeds train."""
-    import fcntl
-    import socket
-
+    """Hold RUN_DIR/.lock (run_lock.RunLock) of every run this process trains or scores, or
+    raise RunInUse before any training: two comparisons on one out-dir (launched twice, or two
+    seed sets) would otherwise train the same checkpoint directory at once. A report of
+    finished runs needs no lock, so one can be written while other seeds train."""
     with contextlib.ExitStack() as held:
         for run_dir in run_dirs:
-            os.makedirs(run_dir, exist_ok=True)
-            handle = held.enter_context(open(os.path.join(run_dir, ".lock"), "a+", encoding="utf-8"))
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                owner = handle.read().strip() or "an unknown process"
-                raise RunInUse(f"{run_dir} is being trained or scored by {owner}: wait for it, or run other "
-                               "seeds / another --out-dir; nothing was started") from None
-            handle.truncate(0)
-            handle.write(f"fairseq-ctx-quality-compare pid {os.getpid()} on {socket.gethostname()}\n")
-            handle.flush()
+                held.enter_context(RunLock(run_dir, ".lock"))
+            except RunInUse as error:
+                raise RunInUse(f"{error}: wait for it, or run other seeds / another --out-dir; "
+                               "nothing was started") from None
         yield
 
 

@@ -1460,7 +1460,7 @@ def test_a_run_another_comparison_holds_is_refused_before_any_training(qc, study
             _main(qc, study, "--seeds", "1", "2")
         assert e.value.code == 2
         err = capsys.readouterr().err
-        assert "seed2 is being trained or scored by fairseq-ctx-quality-compare pid 4242 on node7" in err
+        assert "seed2 is in use by fairseq-ctx-quality-compare pid 4242 on node7" in err and "nothing was started" in err
         assert len(fk.train_calls) == trained  # not even 00-transformer seed 2, whose lock was free
         report = _main(qc, study, "--seeds", "1", "--json", str(study.out / "seed1.json"))
         assert set(report["runs"]["01-good"]) == {"1"} and len(fk.train_calls) == trained

@@ -325,23 +325,25 @@ def test_a_directory_trained_under_another_key_is_not_reused(tmp_path):
 
 
 def test_a_directory_being_trained_is_not_trained_twice(tmp_path):
+    """Another process training the cell holds train.lock (flock): the cell fails at once and
+    trains nothing; a lock file left by a process that is gone holds nothing and is taken over."""
+    import fcntl
+
     table = tables.TABLES["cao_table2"]
     cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path), str(tmp_path))[0]
     os.makedirs(cell.train_dir)
     lock = os.path.join(cell.train_dir, "train.lock")
-    import socket
-
-    with open(lock, "w") as handle:
-        handle.write(f"{socket.gethostname()} {os.getpid()}")  # a live process: this one
-    runner.run_cell(cell, "cpu", False, dict(os.environ))
-    assert cell.status == "FAILED" and "is being trained by" in cell.message
-    assert open(lock).read().endswith(str(os.getpid()))  # the owner's lock is left alone
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    with open(lock, "w") as handle:
-        handle.write(f"{socket.gethostname()} {dead.stdout.strip()}")  # a stale lock is taken over
     cell.train_cmd = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    with open(lock, "w") as other:  # another open file: flock holds it against this process too
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        other.write("pid 4242 on node7\n")
+        other.flush()
+        runner.run_cell(cell, "cpu", False, dict(os.environ))
+        assert cell.status == "FAILED" and "is in use by pid 4242 on node7" in cell.message
+        assert not os.path.exists(os.path.join(cell.train_dir, "train.log"))  # nothing was started
+    # released (its holder closed it, as a dead process's kernel does): the cell trains
     runner.run_cell(cell, "cpu", False, dict(os.environ))
-    assert cell.message.startswith("training exited 3") and not os.path.exists(lock)
+    assert cell.message.startswith("training exited 3")
 
 
 # -- launches that cannot work are refused before anything runs ---------------------------------------

@@ -11,7 +11,7 @@ that changes the training gets a directory of its own, never a finished model tr
 otherwise.
 
     <results>/<hardware tag>/<config>-<key>/<data>[-<bin>]/
-        train.log  train.json (provenance, written when training finished)  train.lock (while training)
+        train.log  train.json (provenance, written when training finished)  train.lock (flock held while training: fairseq_ctx/run_lock.py)
         checkpoints/ (with checkpoint_repairs.json when a cut-off checkpoint_last.pt was replaced)  eval/<subset>-<evaluation key>/{result.json, hyp.detok.<tgt>, generate.out, eval.log}
 
 Significance marks are computed when the table is assembled, from the hypotheses of the
@@ -34,6 +34,7 @@ from ..atomic import atomic_write
 from ..checkpoint_repair import LAST, repair_before_resuming
 from ..evaluation.defaults import checkpoint_choice
 from ..paths import CHECKOUT, WORK_DIR
+from ..run_lock import RunLock
 from . import train as train_mod
 from .train import CONFIGS, PAPER_SETTING, ROOT
 
@@ -393,64 +394,6 @@ def _tail(path, lines=12):
         return ""
 
 
-class TrainLock:
-    """train.lock in a training directory while a process trains it: a second run of the
-    same cell (another table, another shell) waits for nothing and fails that cell at once
-    instead of writing into the same checkpoints. A lock left by a dead process on this
-    host is taken over."""
-
-    def __init__(self, train_dir):
-        self.path = os.path.join(train_dir, "train.lock")
-        self.held = False
-
-    def acquire(self):
-        import socket
-
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        me = f"{socket.gethostname()} {os.getpid()}"
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                owner = _read_text(self.path).split()
-                if len(owner) == 2 and owner[0] == socket.gethostname() and not _alive(int(owner[1])):
-                    os.unlink(self.path)  # stale: its process is gone
-                    continue
-                raise RuntimeError(f"{os.path.dirname(self.path)} is being trained by {' pid '.join(owner) or '?'} "
-                                   f"(remove {self.path} if that process is gone)")
-            with os.fdopen(fd, "w") as handle:
-                handle.write(me)
-            self.held = True
-            return self
-        raise RuntimeError(f"could not take {self.path}")
-
-    def release(self):
-        if self.held:
-            self.held = False
-            try:
-                os.unlink(self.path)
-            except OSError:
-                pass
-
-
-def _read_text(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
-        return ""
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _check_reused(cell):
     """A finished training is reused only if it was trained by this cell's key."""
     with open(os.path.join(cell.train_dir, "train.json"), encoding="utf-8") as handle:
@@ -485,7 +428,7 @@ def _repairs_so_far(checkpoint_dir, repaired):
 
 def run_cell(cell, setting, smoke, env, train_only=False):
     start = time.time()
-    lock = TrainLock(cell.train_dir)
+    lock = RunLock(cell.train_dir, "train.lock")
     try:
         if cell.trained:
             _check_reused(cell)
