@@ -1344,11 +1344,12 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
            "curves": curves, "curve_comparisons": curve_comparisons, "curve_png": png,
            "runs": {n: {str(s): {k: v for k, v in r.items() if k != "hyps"}
                         for s, r in results[n].items()} for n in results}}
-    # whole files or none: an interrupted report never looks complete
-    with atomic_write(a.json or os.path.join(a.out_dir, "quality.json")) as f:
-        json.dump(out, f, indent=1)
-    with atomic_write(md_path) as f:
-        f.write(md)
+    # whole files or none: an interrupted report never looks complete; both are written before
+    # either replaces its old version (then two renames), so a kill leaves no new JSON beside an old markdown
+    with atomic_write(a.json or os.path.join(a.out_dir, "quality.json")) as json_file, \
+            atomic_write(md_path) as md_file:
+        json.dump(out, json_file, indent=1)
+        md_file.write(md)
     return out
 
 

@@ -12,6 +12,7 @@
 * one real tiny run (fairseq-train + fairseq-generate on the tiny Tatoeba slice) whose
   curve point falls on an epoch's end.
 """
+import contextlib
 import itertools
 import json
 import math
@@ -852,6 +853,7 @@ def test_a_gpu_whose_name_cannot_be_read_is_still_pinned_without_a_false_warning
 def test_a_report_is_written_whole_or_not_at_all(qc, study, monkeypatch):
     q = _main(qc, study, "--seeds", "1")
     before = (study.out / "quality.json").read_text()
+    markdown_before = (study.out / "quality.md").read_text()
     assert json.loads(before)["meta"] == q["meta"]
 
     dump = json.dump
@@ -867,7 +869,26 @@ def test_a_report_is_written_whole_or_not_at_all(qc, study, monkeypatch):
         _main(qc, study, "--seeds", "1", "2")
     assert (study.out / "runs" / "00-transformer" / "seed2" / "result.json").exists()  # got as far as the report
     assert (study.out / "quality.json").read_text() == before  # the earlier report, whole
+    assert (study.out / "quality.md").read_text() == markdown_before  # and its markdown, not the new one
     assert not [p for p in os.listdir(study.out) if p.startswith("partial-")]
+
+    # killed while the markdown is written: the new JSON must not already have replaced the old
+    monkeypatch.setattr(qc.json, "dump", dump)
+    real_atomic_write = qc.atomic_write
+
+    @contextlib.contextmanager
+    def killed_while_writing_the_markdown(path, *args, **kwargs):
+        with real_atomic_write(path, *args, **kwargs) as f:
+            if str(path).endswith(".md"):
+                f.write("# Quality")
+                raise KeyboardInterrupt
+            yield f
+
+    monkeypatch.setattr(qc, "atomic_write", killed_while_writing_the_markdown)
+    with pytest.raises(KeyboardInterrupt):
+        _main(qc, study, "--seeds", "1", "2")
+    assert (study.out / "quality.json").read_text() == before
+    assert (study.out / "quality.md").read_text() == markdown_before
 
 
 def test_import_of_other_versions_only_when_asked_and_named_in_the_report(qc, study, tmp_path):
