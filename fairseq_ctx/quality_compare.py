@@ -91,7 +91,7 @@ from .atomic import atomic_write
 from .checkpoint_repair import restore_last_from_newest_whole, written_to_the_end
 from .evaluation.defaults import PAPER_DEFAULTS
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
-from .run_lock import RunInUse, RunLock
+from .run_lock import RunInUse, RunLock, held_fds
 from .reproduce.train import read_args_file
 
 DEMO = PAPER_DEFAULTS["demo"]  # evaluated with the demo's settings
@@ -214,7 +214,8 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
     with open(log_path, "a") as log:
         log.write(" ".join(shlex.quote(c) for c in cmd) + "\n")
         log.flush()
-        p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        # the training holds its run's lock too: killing this driver does not free the directory
+        p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=held_fds(save_dir))
     if p.returncode != 0:
         with open(log_path) as f:
             tail = f.read()[-3000:]

@@ -4,14 +4,27 @@
 (``<run>/.lock``) hold it while they train or score there, so a second launch (another shell,
 a resubmitted job, a second seed set on the same out-dir) fails at once instead of writing
 into the same checkpoints. flock rather than an O_EXCL file: the kernel releases it when the
-holder dies (killed, preempted, node lost), so no stale lock has to be found and removed,
-on another host either; on NFS Linux maps it onto fcntl locks (lockd). The file is left in
-place when released (unlinking a locked file lets a third process lock a new inode beside a
-second one's lock on the old); it holds the last holder's host and pid, for the message.
+last process holding it is gone (killed, preempted, node lost), so no stale lock has to be
+found and removed, on another host either. The trainings they start inherit it
+(``held_fds`` -> ``subprocess``'s ``pass_fds``): a driver killed while fairseq-train goes on
+leaves the lock held by the training until it ends, so a relaunch cannot start a second
+training in the same directory.
+
+Filesystems: on local disks and NFS with lockd (Linux maps flock onto fcntl locks there) it
+holds across hosts; a filesystem that refuses flock (ENOLCK, EOPNOTSUPP: NFS without lockd,
+Lustre without ``-o flock``) gets a warning and no lock, as before locks existed; one mounted
+with node-local locks (NFS ``local_lock=flock``, Lustre ``localflock``) protects within a node
+only. The file is left in place when released (unlinking a locked file would let a third
+process lock a new inode beside a second one's lock on the old); it names the last holder.
 """
+import errno
 import fcntl
 import os
 import socket
+import sys
+
+_HELD = {}  # directory -> open lock file, while held by this process
+_UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 
 class RunInUse(RuntimeError):
@@ -20,11 +33,12 @@ class RunInUse(RuntimeError):
 
 class RunLock:
     def __init__(self, directory, name):
-        self.path = os.path.join(directory, name)
+        self.directory = os.path.abspath(directory)
+        self.path = os.path.join(self.directory, name)
         self._handle = None
 
     def acquire(self):
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        os.makedirs(self.directory, exist_ok=True)
         handle = open(self.path, "a+", encoding="utf-8")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -32,16 +46,26 @@ class RunLock:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
             handle.close()
-            raise RunInUse(f"{os.path.dirname(self.path)} is in use by {holder}") from None
+            raise RunInUse(f"{self.directory} is in use by {holder}") from None
+        except OSError as error:
+            if error.errno not in _UNSUPPORTED:
+                handle.close()
+                raise
+            handle.close()
+            print(f"warning: {self.path}: this filesystem refuses locks ({os.strerror(error.errno)}): nothing "
+                  "stops a second launch from training in the same directory", file=sys.stderr, flush=True)
+            return self
         handle.truncate(0)
         handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
         handle.flush()
         self._handle = handle
+        _HELD[self.directory] = handle
         return self
 
     def release(self):
         if self._handle is not None:
-            self._handle.close()  # closing the file releases the flock
+            _HELD.pop(self.directory, None)
+            self._handle.close()  # the lock stays held while a child that inherited it runs
             self._handle = None
 
     def __enter__(self):
@@ -49,3 +73,11 @@ class RunLock:
 
     def __exit__(self, *exc):
         self.release()
+
+
+def held_fds(path):
+    """The file descriptors of the locks this process holds on ``path`` or a directory above
+    it: pass them to a subprocess that writes there (``pass_fds``), so that it holds them too."""
+    path = os.path.abspath(path)
+    return tuple(handle.fileno() for directory, handle in list(_HELD.items())
+                 if path == directory or path.startswith(directory + os.sep))

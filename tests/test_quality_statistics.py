@@ -1487,3 +1487,31 @@ def test_a_run_another_comparison_holds_is_refused_before_any_training(qc, study
         assert set(report["runs"]["01-good"]) == {"1"} and len(fk.train_calls) == trained
     _main(qc, study, "--seeds", "1", "2")  # released: it trains
     assert {(c["arch"], c["seed"]) for c in fk.train_calls[trained:]} == {("transformer", 2), ("transformer_x", 2)}
+
+
+def test_every_run_is_locked_while_the_comparison_trains_and_freed_after(qc, study):
+    """Each run's lock is held from before the first training to the end (also after a failed
+    one): a second comparison cannot take a run this one is about to train or is training."""
+    import fcntl
+
+    def locked(run_dir):
+        with open(os.path.join(run_dir, ".lock"), "a") as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            return False
+
+    runs = [str(study.out / "runs" / n / f"seed{s}") for n in ("00-transformer", "01-good") for s in (1, 2)]
+    seen = []
+
+    def train_probing_the_locks(data_bin, common, arch_args, updates, seed, save_dir, *args, **kwargs):
+        seen.append([locked(d) for d in runs])
+        if seed == 2:
+            raise RuntimeError("training failed")
+        return study.fakes.train(data_bin, common, arch_args, updates, seed, save_dir, *args, **kwargs)
+
+    with pytest.raises(RuntimeError, match="training failed"):
+        qc.main(study.argv + ["--seeds", "1", "2"], train_fn=train_probing_the_locks, eval_fn=study.fakes.evaluate)
+    assert seen and all(all(flags) for flags in seen)  # every run, from the first training on
+    assert not any(locked(d) for d in runs)

@@ -34,7 +34,7 @@ from ..atomic import atomic_write
 from ..checkpoint_repair import LAST, repair_before_resuming
 from ..evaluation.defaults import checkpoint_choice
 from ..paths import CHECKOUT, WORK_DIR
-from ..run_lock import RunLock
+from ..run_lock import RunLock, held_fds
 from . import train as train_mod
 from .train import CONFIGS, PAPER_SETTING, ROOT
 
@@ -376,7 +376,9 @@ def _run_logged(cmd, log_path, env):
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"\n$ {shlex.join(cmd)}\n")
         log.flush()
-        return subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        # a training / evaluation in a locked cell holds its lock too (run_lock.held_fds)
+        return subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                               pass_fds=held_fds(log_path))
 
 
 def _say(cell, log_path, message):

@@ -1,0 +1,91 @@
+"""The run lock (fairseq_ctx/run_lock.py) of fairseq-ctx-reproduce and
+fairseq-ctx-quality-compare: held while a directory trains, by the training itself too, so
+that a driver killed while its fairseq-train goes on does not free the directory."""
+import fcntl
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fairseq_ctx import quality_compare
+from fairseq_ctx.reproduce import runner
+from fairseq_ctx.run_lock import RunInUse, RunLock, held_fds
+
+
+def _locked_by_someone(path):
+    """Whether a new open file description of ``path`` cannot take the flock."""
+    with open(path, "a") as probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
+
+
+def test_a_child_given_the_lock_holds_it_after_its_driver_lets_go(tmp_path):
+    run_dir = tmp_path / "runs" / "seed1"
+    lock = RunLock(run_dir, ".lock").acquire()
+    assert _locked_by_someone(run_dir / ".lock")
+    assert held_fds(run_dir / "checkpoints") and held_fds(tmp_path / "elsewhere") == ()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             pass_fds=held_fds(run_dir / "checkpoints"))
+    try:
+        lock.release()  # the driver is gone (its descriptor closed); the training is not
+        with pytest.raises(RunInUse, match=f"pid {os.getpid()}"):
+            RunLock(run_dir, ".lock").acquire()
+    finally:
+        child.kill()
+        child.wait()
+    RunLock(run_dir, ".lock").acquire().release()  # the training ended: free again, no stale file to remove
+
+
+def test_a_lock_file_left_behind_holds_nothing(tmp_path):
+    (tmp_path / ".lock").write_text("pid 1 on a-node-that-crashed\n")
+    with RunLock(tmp_path, ".lock"):
+        assert (tmp_path / ".lock").read_text().startswith(f"pid {os.getpid()} on ")
+
+
+def test_the_runners_training_and_evaluation_inherit_the_cells_lock(tmp_path):
+    cell_dir = tmp_path / "cell"
+    with RunLock(cell_dir, "train.lock"):
+        [fd] = held_fds(cell_dir)
+        check = [sys.executable, "-c", f"import fcntl; fcntl.flock({fd}, fcntl.LOCK_EX | fcntl.LOCK_NB)"]
+        assert runner._run_logged(check, str(cell_dir / "train.log"), dict(os.environ)) == 0
+        assert runner._run_logged(check, str(cell_dir / "eval" / "test" / "eval.log"), dict(os.environ)) == 0
+    assert runner._run_logged(check, str(cell_dir / "train.log"), dict(os.environ)) != 0  # not held: not passed
+
+
+def test_the_comparisons_training_inherits_the_runs_lock(tmp_path, monkeypatch):
+    run_dir = tmp_path / "runs" / "00-transformer" / "seed1"
+    given = []
+
+    def fairseq_train(cmd, pass_fds=(), **kwargs):
+        given.append(pass_fds)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(quality_compare.subprocess, "run", fairseq_train)
+    with RunLock(run_dir, ".lock"):
+        quality_compare.train("bin", [], ["--arch", "transformer"], 10, 1, str(run_dir / "checkpoints"),
+                              str(run_dir / "train.log"))
+        assert given == [held_fds(run_dir)] and given[0]
+
+
+def test_a_filesystem_without_locks_gets_a_warning_not_a_crash(tmp_path, monkeypatch, capsys):
+    import errno
+
+    def refused(handle, how):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", refused)
+    with RunLock(tmp_path, ".lock"):
+        assert held_fds(tmp_path) == ()
+    assert "refuses locks" in capsys.readouterr().err
+
+    def broken(handle, how):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(fcntl, "flock", broken)
+    with pytest.raises(OSError):  # any other error is not taken for "no locks here"
+        RunLock(tmp_path, ".lock").acquire()
