@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -216,9 +217,17 @@ def test_fairseq_ctx_train_refuses_to_move_the_checkpoints_it_repairs(tmp_path, 
     ("cao_table2", ["--no-last-checkpoints"], "checkpoint_last.pt"),
     ("cao_table2", ["--keep-interval-updates", "2"], "at least 5 must be kept"),
     ("cao_table2", ["--keep-interval-updates=4"], "at least 5 must be kept"),
-    ("cao_table2", ["--max-update", "4999", "--save-interval-updates", "1000"], "writes 4 interval checkpoints"),
+    ("cao_table2", ["--max-update", "4999", "--save-interval-updates", "1000"], "writes at most 4 interval checkpoints"),
     ("cao_table2", ["--save-interval-updates", "0"], "no numbered checkpoint"),
     ("iida2019_table2", ["--disable-validation"], "no checkpoint_best.pt"),
+    ("iida2019_table2", ["--save-interval", "3", "--validate-interval", "7"], "no epoch is both saved and validated"),
+    ("iida2019_table2", ["--max-update", "500", "--validate-after-updates", "500"], "no validation"),
+    ("cao_table2", ["--validate-after-updates", "199000"], "writes at most 2 interval checkpoints"),
+    ("cao_table2", ["--no-save-optimizer-state"], "resume at update 0"),
+    ("cao_table2", ["--reset-optimizer"], "every resumption"),
+    ("cao_table2", ["--reset-lr-scheduler"], "every resumption"),
+    ("cao_table2", ["--reset-dataloader"], "every resumption"),
+    ("iida2019_table2", ["--restore-file", "/models/pretrained.pt"], "--finetune-from-model"),
 ])
 def test_the_runner_refuses_options_that_leave_the_evaluation_without_its_checkpoints(tmp_path, table_key, extra,
                                                                                       reason):
@@ -236,7 +245,10 @@ def test_the_runner_refuses_options_that_leave_the_evaluation_without_its_checkp
     ("cao_table2", ["--keep-interval-updates", "5"]),
     ("cao_table2", ["--keep-interval-updates", "-1", "--max-update", "5000", "--save-interval-updates", "1000"]),
     ("iida2019_table2", ["--keep-last-epochs", "1", "--no-epoch-checkpoints"]),
-], ids=["keeps-exactly-5", "keeps-all-5-written", "best-needs-no-numbered"])
+    ("iida2019_table2", ["--save-interval", "2", "--validate-interval", "4", "--restore-file", "checkpoint_last.pt"]),
+    ("cao_table2", ["--finetune-from-model", "/models/pretrained.pt"]),
+], ids=["keeps-exactly-5", "keeps-all-5-written", "best-needs-no-numbered", "epoch-4-saves-and-validates",
+        "finetune-from-a-model"])
 def test_the_runner_accepts_options_that_keep_what_the_evaluation_reads(tmp_path, table_key, extra, capsys):
     runner.main(table_key, ["--dry-run", "--results", str(tmp_path), "--", *extra])
     assert "fairseq_cli.train" in capsys.readouterr().out
@@ -255,3 +267,43 @@ def test_fairseq_ctx_train_refuses_options_that_leave_the_evaluation_without_its
         train.main([config, "cpu", "--data", str(tmp_path), "--save-dir", str(tmp_path / "ck"), "--dry-run", "--",
                     *extra])
     assert reason in str(e.value) and extra[0] in str(e.value) and not (tmp_path / "ck").exists()
+
+
+def test_fairseq_ctx_train_can_be_told_to_train_a_run_no_one_evaluates(tmp_path, capsys):
+    from fairseq_ctx.reproduce import train
+
+    with pytest.raises(SystemExit) as e:
+        train.main(["cao/transformer_base.args", "cpu", "--data", str(tmp_path), "--save-dir", str(tmp_path / "ck"),
+                    "--dry-run", "--", "--max-update", "300"])
+    assert "lower --save-interval-updates" in str(e.value) and "--skip-checkpoint-check" in str(e.value)
+    train.main(["cao/transformer_base.args", "cpu", "--data", str(tmp_path), "--save-dir", str(tmp_path / "ck"),
+                "--dry-run", "--skip-checkpoint-check", "--", "--max-update", "300"])
+    assert "--max-update 300" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, warned", [
+    (["--max-update", "5000", "--save-interval-updates", "1000"], "exactly 5 interval checkpoints"),
+    (["--max-update", "6000", "--save-interval-updates", "1000"], None),
+])
+def test_a_training_with_no_margin_for_the_average_is_warned_about(tmp_path, capsys, extra, warned):
+    runner.main("cao_table2", ["--dry-run", "--results", str(tmp_path), "--only", "base", "--", *extra])
+    err = capsys.readouterr().err
+    assert (warned in err) if warned else ("warning: exactly" not in err)
+
+
+def test_iida_epochs_trained_but_never_saved_are_warned_about(tmp_path, capsys):
+    runner.main("iida2019_table2", ["--dry-run", "--results", str(tmp_path), "--", "--save-interval", "3"])
+    assert "the last 2 epoch(s) are trained but never saved" in capsys.readouterr().err
+
+
+def test_the_disk_estimate_counts_every_checkpoint_fairseq_keeps():
+    def cell(*words):
+        return types.SimpleNamespace(train_cmd=["fairseq-train", "--optimizer", "adam", *words])
+
+    per, weights = 1000 * 4 * 3, 1000 * 4
+    five = ["--max-update", "5000", "--save-interval-updates", "1000"]
+    assert runner.estimated_checkpoint_bytes(cell(*five, "--keep-interval-updates", "5"), 1000) == per * 7 + weights
+    assert runner.estimated_checkpoint_bytes(cell(*five, "--keep-interval-updates=-1"), 1000) == per * 7 + weights
+    assert runner.estimated_checkpoint_bytes(cell(*five, "--keep-interval-updates", "0"), 1000) == per * 7 + weights
+    assert runner.estimated_checkpoint_bytes(cell(*five, "--keep-interval-updates", "2"), 1000) == per * 4 + weights
+    assert runner.estimated_checkpoint_bytes(cell("--max-update", "5000"), 1000) == per * 2 + weights

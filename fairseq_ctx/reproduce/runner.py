@@ -38,7 +38,8 @@ from ..run_lock import RunLock, held_fds
 from . import train as train_mod
 from .train import CONFIGS, PAPER_SETTING, ROOT
 
-SMOKE_UPDATES = 10  # 5 checkpoints at 2, 4, ..., 10 updates: averaging of the last 5 runs for real
+SMOKE_UPDATES = 12  # checkpoints at 2, 4, ..., 12 updates, the last 5 kept: averaging of the last 5 runs for real,
+# with one to spare (fairseq writes no interval checkpoint at an update that ends an epoch)
 SMOKE_TRAIN = ["--max-update", str(SMOKE_UPDATES), "--save-interval-updates", "2", "--keep-interval-updates", "5",
                "--warmup-updates", "4", "--num-workers", "0", "--seed", "1"]
 SMOKE_MAX_TOKENS = 1024
@@ -294,8 +295,15 @@ def estimated_checkpoint_bytes(cell, param_count):
     (the averaged window, checkpoint_best / _last) plus the averaged model."""
     words = cell.train_cmd
     per = param_count * 4 * (2 if "nag" in words else 3)
-    keep = int(words[len(words) - 1 - words[::-1].index("--keep-interval-updates") + 1]) \
-        if "--keep-interval-updates" in words else 0
+    keep, written = 0, 0
+    interval = train_mod.option_int(words, "--save-interval-updates", 0)
+    if interval > 0:
+        written = train_mod.option_int(words, "--max-update", 0) // interval
+        keep = train_mod.option_int(words, "--keep-interval-updates", -1)
+        if keep <= 0:  # fairseq keeps every one
+            keep = written
+        elif written:
+            keep = min(keep, written)
     return per * (keep + 2) + param_count * 4
 
 
@@ -685,6 +693,9 @@ def main(table_key, argv=None):
         if conflict:
             sys.exit(f"reproduce: {cell.name}: {conflict} (the table's evaluation: "
                      f"{checkpoint_choice(table.evaluation)}); nothing was trained")
+    for warning in sorted({w for cell in cells for w in train_mod.checkpoint_warnings(cell.train_cmd,
+                                                                                       table.evaluation)}):
+        print(f"reproduce: warning: {warning}", file=sys.stderr, flush=True)
     if options.dry_run:
         for cell in cells:
             if cell.hw.effective is not None:

@@ -248,6 +248,9 @@ def build_parser():
     add_hardware_options(parser)
     parser.add_argument("--backend", default=None, help="--distributed-backend (gloo for CPU processes)")
     parser.add_argument("--dry-run", action="store_true", help="print the command only")
+    parser.add_argument("--skip-checkpoint-check", action="store_true",
+                        help="train even with options after '--' that leave the paper's evaluation or a resumption "
+                             "without its checkpoints (a throughput or debugging run no one evaluates or resumes)")
     return parser
 
 
@@ -266,7 +269,7 @@ def checkpoint_options(extra):
     return [w.split("=")[0] for w in extra if w.split("=")[0] in ("--save-dir", "--checkpoint-suffix")]
 
 
-def _last_value(words, option):
+def option_value(words, option):
     """The value fairseq-train takes for ``option`` (argparse: the last of '--opt v' / '--opt=v')."""
     value = None
     for i, word in enumerate(words):
@@ -277,43 +280,124 @@ def _last_value(words, option):
     return value
 
 
-def _int_value(words, option, default):
+def option_int(words, option, default):
     try:
-        return int(_last_value(words, option))
+        return int(option_value(words, option))
     except (TypeError, ValueError):  # absent (fairseq's default), or a value fairseq rejects itself
         return default
+
+
+# options that act on every start of the training, so on each automatic resumption too: the
+# update count, lr schedule, optimizer state or data position would start over (for a
+# fine-tuning start, fairseq's --finetune-from-model acts on the first launch only)
+RESUMPTION_BREAKERS = {
+    "--no-save-optimizer-state": "checkpoints without optimizer state resume at update 0 (lr warm-up and Adam "
+                                 "state start over)",
+    "--reset-optimizer": "every resumption would start the optimizer (and update count) over",
+    "--reset-lr-scheduler": "every resumption would start the lr schedule over",
+    "--reset-dataloader": "every resumption would start the epoch's data over",
+    "--restore-file": "every resumption would restart from that file instead of checkpoint_last.pt "
+                      "(use --finetune-from-model to start from another model)",
+}
 
 
 def checkpoint_conflict(words, settings=None):
     """What in a fairseq-train command (every word: config, setting, extra) would leave a
     resumption, or the evaluation ``settings`` (evaluation/defaults.py), without the checkpoint
-    it reads; None if nothing. Found before training, not when the evaluation looks hours later."""
+    it reads; None if nothing. Found before training, not when the evaluation looks hours
+    later. Follows fairseq_cli/train.py validate_and_save and checkpoint_utils.save_checkpoint."""
     flags = {word.split("=")[0] for word in words}
     if "--no-save" in flags:
         return "--no-save: no checkpoint is written, so there is nothing to evaluate"
     if "--no-last-checkpoints" in flags:
         return ("--no-last-checkpoints: a resumption (and the checkpoint repair before it) reads "
                 "checkpoint_last.pt")
+    for option, why in RESUMPTION_BREAKERS.items():
+        if option in flags and not (option == "--restore-file"
+                                    and option_value(words, option) == "checkpoint_last.pt"):  # fairseq's default
+            return f"{option}: {why}"
     if settings is None:
         return None
+    validate_after = option_int(words, "--validate-after-updates", 0)
+    max_update = option_int(words, "--max-update", 0)
     if settings.average_last:
         n = settings.average_last
         # fairseq: --keep-interval-updates / --keep-last-epochs K > 0 delete all but the newest K
-        interval = _int_value(words, "--save-interval-updates", 0)
+        interval = option_int(words, "--save-interval-updates", 0)
         if interval > 0:  # the average then takes checkpoint_E_U.pt (evaluation/average.py)
-            keep = _int_value(words, "--keep-interval-updates", -1)
+            keep = option_int(words, "--keep-interval-updates", -1)
             if 0 < keep < n:
                 return (f"--keep-interval-updates {keep}: the evaluation averages the last {n} interval "
                         f"checkpoints, so at least {n} must be kept")
-            max_update = _int_value(words, "--max-update", 0)
+            if max_update > 0:
+                # interval saves at multiples of the interval from --validate-after-updates on
+                first = max(1, -(-validate_after // interval))
+                written = max(0, max_update // interval - first + 1)
+                if written < n:
+                    return (f"--max-update {max_update} with --save-interval-updates {interval}"
+                            + (f" from --validate-after-updates {validate_after}" if validate_after else "")
+                            + f" writes at most {written} interval checkpoints; the evaluation averages the "
+                            f"last {n} (lower --save-interval-updates for a short run)")
+        elif "--no-epoch-checkpoints" in flags:
+            return (f"--save-interval-updates {interval} with --no-epoch-checkpoints: no numbered "
+                    f"checkpoint is written; the evaluation averages the last {n}")
+        elif 0 < option_int(words, "--keep-last-epochs", -1) < n:
+            return (f"--keep-last-epochs {option_int(words, '--keep-last-epochs', -1)}: the evaluation "
+                    f"averages the last {n} epoch checkpoints")
+    elif settings.checkpoint == "checkpoint_best.pt":
+        # checkpoint_best.pt is written where a save meets a validation
+        if "--disable-validation" in flags:
+            return "--disable-validation: no checkpoint_best.pt is written (it is chosen by validation loss)"
+        if 0 < max_update <= validate_after:
+            return (f"--validate-after-updates {validate_after} with --max-update {max_update}: no validation, "
+                    "so no checkpoint_best.pt")
+        max_epoch = option_int(words, "--max-epoch", 0)
+        save_every = max(1, option_int(words, "--save-interval", 1))
+        validate_every = max(1, option_int(words, "--validate-interval", 1))
+        both = math.lcm(save_every, validate_every)
+        if max_epoch > 0 and option_int(words, "--save-interval-updates", 0) <= 0 and both > max_epoch:
+            return (f"--save-interval {save_every} / --validate-interval {validate_every} with --max-epoch "
+                    f"{max_epoch}: no epoch is both saved and validated, so no checkpoint_best.pt "
+                    "(fairseq does not save when --max-epoch ends the training)")
+    return None
+
+
+def checkpoint_warnings(words, settings=None):
+    """What in a fairseq-train command keeps the evaluation's checkpoints but may not be what
+    was meant; each a line to print before training."""
+    out = []
+    if settings is None:
+        return out
+    interval, max_update = option_int(words, "--save-interval-updates", 0), option_int(words, "--max-update", 0)
+    if settings.average_last and interval > 0 and max_update > 0:
+        first = max(1, -(-option_int(words, "--validate-after-updates", 0) // interval))
+        if max_update // interval - first + 1 == settings.average_last:
+            out.append(f"exactly {settings.average_last} interval checkpoints would be written: fairseq writes "
+                       "none at an update that ends an epoch, so one such coincidence leaves the average "
+                       f"of the last {settings.average_last} without enough (give --max-update a margin)")
+    max_epoch, save_every = option_int(words, "--max-epoch", 0), max(1, option_int(words, "--save-interval", 1))
+    if not settings.average_last and max_epoch > 0 and interval <= 0 and max_epoch % save_every:
+        out.append(f"--save-interval {save_every} with --max-epoch {max_epoch}: the last {max_epoch % save_every} "
+                   "epoch(s) are trained but never saved, so the evaluated checkpoint ignores them")
+    return out
+    if settings.average_last:
+        n = settings.average_last
+        # fairseq: --keep-interval-updates / --keep-last-epochs K > 0 delete all but the newest K
+        interval = option_int(words, "--save-interval-updates", 0)
+        if interval > 0:  # the average then takes checkpoint_E_U.pt (evaluation/average.py)
+            keep = option_int(words, "--keep-interval-updates", -1)
+            if 0 < keep < n:
+                return (f"--keep-interval-updates {keep}: the evaluation averages the last {n} interval "
+                        f"checkpoints, so at least {n} must be kept")
+            max_update = option_int(words, "--max-update", 0)
             if 0 < max_update < n * interval:
                 return (f"--max-update {max_update} with --save-interval-updates {interval} writes "
                         f"{max_update // interval} interval checkpoints; the evaluation averages the last {n}")
         elif "--no-epoch-checkpoints" in flags:
             return (f"--save-interval-updates {interval} with --no-epoch-checkpoints: no numbered "
                     f"checkpoint is written; the evaluation averages the last {n}")
-        elif 0 < _int_value(words, "--keep-last-epochs", -1) < n:
-            return (f"--keep-last-epochs {_int_value(words, '--keep-last-epochs', -1)}: the evaluation "
+        elif 0 < option_int(words, "--keep-last-epochs", -1) < n:
+            return (f"--keep-last-epochs {option_int(words, '--keep-last-epochs', -1)}: the evaluation "
                     f"averages the last {n} epoch checkpoints")
     elif settings.checkpoint == "checkpoint_best.pt" and "--disable-validation" in flags:
         return "--disable-validation: no checkpoint_best.pt is written (it is chosen by validation loss)"
@@ -343,9 +427,12 @@ def main(argv=None):
 
     paper = paper_of(args.config)
     conflict = checkpoint_conflict(cmd, PAPER_DEFAULTS.get(paper))
-    if conflict:
+    if conflict and not args.skip_checkpoint_check:
         sys.exit(f"train: {conflict}" + (f" (as fairseq-ctx-evaluate --paper {paper} reads them)"
-                                         if paper in PAPER_DEFAULTS else ""))
+                                         if paper in PAPER_DEFAULTS else "")
+                 + "; --skip-checkpoint-check trains anyway")
+    for warning in checkpoint_warnings(cmd, PAPER_DEFAULTS.get(paper)):
+        print(f"train: warning: {warning}", file=sys.stderr, flush=True)
     if hw.effective is not None:
         print(f"effective batch: {hw.effective} tokens ({hw.describe()})", flush=True)
     print(shlex.join(cmd), flush=True)
