@@ -67,6 +67,32 @@ def test_average_checkpoints_is_the_mean_of_the_last_n(tmp_path):
         last_checkpoints(str(tmp_path), 5)
 
 
+def _checkpoint(path, updates, value):
+    torch.save({"model": {"w": torch.full((2,), value)}, "args": None, "cfg": None,
+                "optimizer_history": [{"num_updates": updates}], "last_optimizer_state": {}}, path)
+
+
+def test_the_final_interval_checkpoint_fairseq_did_not_write_is_checkpoint_last(tmp_path, capsys):
+    """fairseq writes checkpoint_E_U.pt only mid-epoch: when the training's last interval update
+    (here 5000) ends an epoch, only checkpoint_last.pt holds that model, and it is the newest
+    of the last 5 (not a window shifted to leave the final model out)."""
+    for u in (2000, 3000, 4000):
+        _checkpoint(tmp_path / f"checkpoint_{u // 1500 + 1}_{u}.pt", u, u / 1000)
+    _checkpoint(tmp_path / "checkpoint_last.pt", 5000, 5.0)
+    assert [os.path.basename(p) for p in last_checkpoints(str(tmp_path), 4)] == [
+        "checkpoint_2_2000.pt", "checkpoint_3_3000.pt", "checkpoint_3_4000.pt", "checkpoint_last.pt"]
+    assert "not evenly spaced" not in capsys.readouterr().err
+    # saved off the interval grid (a --max-update that is no multiple of the interval): not a stand-in
+    _checkpoint(tmp_path / "checkpoint_last.pt", 5500, 5.5)
+    with pytest.raises(FileNotFoundError, match="wanted the last 4"):
+        last_checkpoints(str(tmp_path), 4)
+    # one missing inside the window (an interval update that ended an epoch mid-training): said
+    _checkpoint(tmp_path / "checkpoint_1_1000.pt", 1000, 1.0)
+    (tmp_path / "checkpoint_3_3000.pt").unlink()
+    assert len(last_checkpoints(str(tmp_path), 3)) == 3
+    assert "not evenly spaced (updates 1000, 2000, 4000)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("setting,reference,gpus", [("p40", None, None), ("cao", None, None), ("iida", None, None),
                                                     ("modern", "p40", 1), ("modern", "cao", 2), ("modern", "iida", 1)])
 def test_settings_keep_the_papers_effective_batch(setting, reference, gpus):

@@ -9,6 +9,7 @@ import argparse
 import collections
 import os
 import re
+import sys
 
 import torch
 
@@ -27,11 +28,34 @@ def last_checkpoints(save_dir, n, by="auto"):
                 found[kind].append((int(match.group(1)), name))
     if by == "auto":
         by = "updates" if found["updates"] else "epochs"
+    if by == "updates":
+        found["updates"] += _final_interval_point(save_dir, sorted(found["updates"]))
     chosen = sorted(found[by], reverse=True)[:n]
+    spacings = {later - earlier for (later, _), (earlier, _) in zip(chosen, chosen[1:])}
+    if by == "updates" and len(spacings) > 1:
+        # fairseq writes no checkpoint_E_U.pt at an update that ends an epoch: the window is wider
+        print(f"average: warning: the last {n} interval checkpoints of {save_dir} are not evenly spaced "
+              f"(updates {', '.join(str(u) for u, _ in sorted(chosen))}): one fell on an epoch's end and was "
+              "not written", file=sys.stderr, flush=True)
     if len(chosen) < n:
         raise FileNotFoundError(f"{save_dir}: wanted the last {n} checkpoints by {by}, found {len(chosen)} "
                                 f"({', '.join(sorted(names)) or 'empty'})")
     return [os.path.join(save_dir, name) for _, name in sorted(chosen)]
+
+
+def _final_interval_point(save_dir, numbered):
+    """[(updates, "checkpoint_last.pt")] when checkpoint_last.pt is the interval checkpoint that
+    fairseq did not write because the training's last interval update ended an epoch
+    (checkpoint_utils.save_checkpoint writes checkpoint_E_U.pt only mid-epoch): saved exactly one
+    interval after the newest numbered one. Else []."""
+    from ..checkpoint_repair import LAST, stored_updates
+
+    last = os.path.join(save_dir, LAST)
+    if len(numbered) < 2 or not os.path.exists(last):
+        return []
+    spacing = numbered[-1][0] - numbered[-2][0]
+    updates = stored_updates(last)
+    return [(updates, LAST)] if spacing > 0 and updates == numbered[-1][0] + spacing else []
 
 
 def average_checkpoints(paths):

@@ -373,8 +373,9 @@ def checkpoint_warnings(words, settings=None):
         first = max(1, -(-option_int(words, "--validate-after-updates", 0) // interval))
         if max_update // interval - first + 1 == settings.average_last:
             out.append(f"exactly {settings.average_last} interval checkpoints would be written: fairseq writes "
-                       "none at an update that ends an epoch, so one such coincidence leaves the average "
-                       f"of the last {settings.average_last} without enough (give --max-update a margin)")
+                       "none at an update that ends an epoch (checkpoint_last.pt stands in for the final one "
+                       f"only), so one such coincidence leaves the average of the last {settings.average_last} "
+                       "without enough (give --max-update a margin)")
     max_epoch, save_every = option_int(words, "--max-epoch", 0), max(1, option_int(words, "--save-interval", 1))
     if not settings.average_last and max_epoch > 0 and interval <= 0 and max_epoch % save_every:
         out.append(f"--save-interval {save_every} with --max-epoch {max_epoch}: the last {max_epoch % save_every} "
