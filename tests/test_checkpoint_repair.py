@@ -307,3 +307,13 @@ def test_the_disk_estimate_counts_every_checkpoint_fairseq_keeps():
     assert runner.estimated_checkpoint_bytes(cell(*five, "--keep-interval-updates", "0"), 1000) == per * 7 + weights
     assert runner.estimated_checkpoint_bytes(cell(*five, "--keep-interval-updates", "2"), 1000) == per * 4 + weights
     assert runner.estimated_checkpoint_bytes(cell("--max-update", "5000"), 1000) == per * 2 + weights
+
+
+def test_a_smoke_rehearsal_is_refused_before_its_data_is_made(tmp_path, monkeypatch):
+    from fairseq_ctx.reproduce import smoke_data
+
+    made = []
+    monkeypatch.setattr(smoke_data, "prepare", lambda *a, **k: made.append(a) or "made")
+    with pytest.raises(SystemExit) as e:
+        runner.main("cao_table2", ["--smoke", "--results", str(tmp_path), "--", "--keep-interval-updates", "2"])
+    assert "nothing was trained" in str(e.value) and made == []

@@ -632,6 +632,16 @@ def build_parser(table):
     return parser
 
 
+def refuse_checkpoint_conflicts(cells, table):
+    """Exit before anything runs when a cell's training would leave the table's evaluation (or a
+    resumption) without the checkpoints it reads (train.checkpoint_conflict)."""
+    for cell in cells:
+        conflict = train_mod.checkpoint_conflict(cell.train_cmd, table.evaluation)
+        if conflict:
+            sys.exit(f"reproduce: {cell.name}: {conflict} (the table's evaluation: "
+                     f"{checkpoint_choice(table.evaluation)}); nothing was trained")
+
+
 def main(table_key, argv=None):
     from .tables import TABLES, format_table
 
@@ -668,6 +678,11 @@ def main(table_key, argv=None):
     start = time.time()
     notes = ""
     if options.smoke and table.columns and not (options.dry_run or options.table_only):
+        # the commands do not depend on the data's content: refused before the data is made
+        try:
+            refuse_checkpoint_conflicts(build_cells(table, rows, options, options.results, options.data_root), table)
+        except train_mod.BatchError as error:
+            sys.exit(f"reproduce: {error}")
         from .smoke_data import SmokeDataError
         from .smoke_data import prepare as prepare_smoke
 
@@ -688,11 +703,7 @@ def main(table_key, argv=None):
         cells = build_cells(table, rows, options, options.results, options.data_root)
     except train_mod.BatchError as error:
         sys.exit(f"reproduce: {error}")
-    for cell in cells:
-        conflict = train_mod.checkpoint_conflict(cell.train_cmd, table.evaluation)
-        if conflict:
-            sys.exit(f"reproduce: {cell.name}: {conflict} (the table's evaluation: "
-                     f"{checkpoint_choice(table.evaluation)}); nothing was trained")
+    refuse_checkpoint_conflicts(cells, table)
     for warning in sorted({w for cell in cells for w in train_mod.checkpoint_warnings(cell.train_cmd,
                                                                                        table.evaluation)}):
         print(f"reproduce: warning: {warning}", file=sys.stderr, flush=True)
