@@ -55,6 +55,19 @@ def stored_updates(checkpoint):
         return None
 
 
+def finished_at(save_dir, max_update):
+    """The update count of SAVE_DIR/checkpoint_last.pt when it is whole and at ``max_update``
+    or beyond, else None. fairseq-train started on such a directory takes one more step before
+    it checks --max-update and overwrites checkpoint_last / _best with a model trained one
+    update too long: a driver whose training finished after the driver itself was gone (killed,
+    preempted) must not start it again."""
+    last = os.path.join(save_dir, LAST)
+    if max_update <= 0 or not os.path.exists(last) or not written_to_the_end(last):
+        return None
+    updates = stored_updates(last)
+    return updates if updates is not None and updates >= max_update else None
+
+
 def _candidates(save_dir):
     """checkpoint*.pt of SAVE_DIR but checkpoint_last.pt (and no suffixed / temporary names)."""
     return [n for n in os.listdir(save_dir) if n.startswith("checkpoint") and n.endswith(".pt") and n != LAST

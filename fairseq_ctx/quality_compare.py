@@ -88,7 +88,7 @@ import threading
 import time
 
 from .atomic import atomic_write
-from .checkpoint_repair import restore_last_from_newest_whole, written_to_the_end
+from .checkpoint_repair import finished_at, restore_last_from_newest_whole, written_to_the_end
 from .evaluation.defaults import PAPER_DEFAULTS
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
 from .run_lock import RunInUse, RunLock, held_fds
@@ -902,9 +902,18 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 + f" ({time.strftime('%H:%M:%S')})")
             kwargs = {"curve_updates": curve_updates, **pin} if curve_updates else dict(pin)
             kwargs.update(train_langs)
-            train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
-                               threads, **kwargs)
-            resumed_at = _resumed_at_update(log_path) if resumed else None
+            done = finished_at(ckpt_dir, updates) if resumed else None
+            if done is not None:
+                # the training ended after this driver's last attempt was gone: fairseq-train
+                # started again would take one more update and overwrite checkpoint_last.pt
+                log(f"[quality] {name} seed {seed}: its training had finished ({done} updates); not started again")
+                train_s, resumed_at = 0.0, done
+                if earlier_attempts and "note" not in earlier_attempts[-1]:
+                    trained_with, earlier_attempts = earlier_attempts[-1], earlier_attempts[:-1] or None
+            else:
+                train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
+                                   threads, **kwargs)
+                resumed_at = _resumed_at_update(log_path) if resumed else None
             _write_json(os.path.join(ckpt_dir, "trained.json"),
                         {"settings": train_key, "curve_updates": curve_updates, "train_seconds": round(train_s, 1),
                          "resumed_at_update": resumed_at, "trained_with": trained_with,

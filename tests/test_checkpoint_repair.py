@@ -3,6 +3,8 @@ replaced by the newest whole checkpoint before a training resumes, in the reprod
 fairseq-ctx-train and by hand; real fairseq-train resumes from the repaired directory."""
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 import types
@@ -221,7 +223,8 @@ def test_fairseq_ctx_train_refuses_to_move_the_checkpoints_it_repairs(tmp_path, 
     ("cao_table2", ["--save-interval-updates", "0"], "no numbered checkpoint"),
     ("iida2019_table2", ["--disable-validation"], "no checkpoint_best.pt"),
     ("iida2019_table2", ["--save-interval", "3", "--validate-interval", "7"], "no epoch is both saved and validated"),
-    ("iida2019_table2", ["--max-update", "500", "--validate-after-updates", "500"], "no validation"),
+    ("iida2019_table2", ["--max-update", "500", "--validate-after-updates", "501"], "no validation"),
+    ("iida2019_table2", ["--reset-meters"], "overwrites checkpoint_best.pt"),
     ("cao_table2", ["--validate-after-updates", "199000"], "writes at most 2 interval checkpoints"),
     ("cao_table2", ["--no-save-optimizer-state"], "resume at update 0"),
     ("cao_table2", ["--reset-optimizer"], "every resumption"),
@@ -247,8 +250,10 @@ def test_the_runner_refuses_options_that_leave_the_evaluation_without_its_checkp
     ("iida2019_table2", ["--keep-last-epochs", "1", "--no-epoch-checkpoints"]),
     ("iida2019_table2", ["--save-interval", "2", "--validate-interval", "4", "--restore-file", "checkpoint_last.pt"]),
     ("cao_table2", ["--finetune-from-model", "/models/pretrained.pt"]),
+    ("iida2019_table2", ["--max-update", "500", "--validate-after-updates", "500"]),
+    ("iida2019_table2", ["--max-update", "500", "--save-interval", "30"]),
 ], ids=["keeps-exactly-5", "keeps-all-5-written", "best-needs-no-numbered", "epoch-4-saves-and-validates",
-        "finetune-from-a-model"])
+        "finetune-from-a-model", "validates-at-the-last-update", "max-update-stop-saves"])
 def test_the_runner_accepts_options_that_keep_what_the_evaluation_reads(tmp_path, table_key, extra, capsys):
     runner.main(table_key, ["--dry-run", "--results", str(tmp_path), "--", *extra])
     assert "fairseq_cli.train" in capsys.readouterr().out
@@ -317,3 +322,42 @@ def test_a_smoke_rehearsal_is_refused_before_its_data_is_made(tmp_path, monkeypa
     with pytest.raises(SystemExit) as e:
         runner.main("cao_table2", ["--smoke", "--results", str(tmp_path), "--", "--keep-interval-updates", "2"])
     assert "nothing was trained" in str(e.value) and made == []
+
+
+def test_a_finished_training_is_not_started_again(tiny_data_bin, tmp_path):
+    """Real fairseq-train started on a directory already at --max-update takes one more update
+    and overwrites checkpoint_last.pt (the premise, pinned here); finished_at sees it first, and
+    the runner's cell and fairseq-ctx-train then do not start fairseq-train again."""
+    from fairseq_ctx.checkpoint_repair import finished_at
+    from fairseq_ctx.reproduce import train as train_mod
+    from tests.test_reproduce_road import _options
+
+    save_dir = tmp_path / "checkpoints"
+    train = fairseq_cli("train", str(tiny_data_bin), "--user-dir", USER_DIR, *TRAIN_DEFAULTS, "--arch", "transformer",
+                        "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+                        "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+                        "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--save-dir", str(save_dir))
+    run([*train, "--max-update", "3"])
+    assert finished_at(str(save_dir), 3) == 3 and finished_at(str(save_dir), 4) is None
+    once_more = tmp_path / "once-more"
+    shutil.copytree(save_dir, once_more)
+    run([*train[:-1], str(once_more), "--max-update", "3"])
+    assert stored_updates(str(once_more / "checkpoint_last.pt")) == 4  # fairseq's extra step
+
+    table = tables.TABLES["cao_table2"]
+    cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path / "results"), str(tmp_path))[0]
+    shutil.copytree(save_dir, cell.checkpoint_dir)
+    cell.train_cmd = [sys.executable, "-c", "import sys; sys.exit(9)", "--max-update", "3"]
+    runner.run_cell(cell, "cpu", False, dict(os.environ))
+    assert "training exited 9" not in (cell.message or "")  # not started; its evaluation comes next
+    record = json.loads((pathlib.Path(cell.train_dir) / "train.json").read_text())
+    assert record["finished_in_an_earlier_attempt_at_update"] == 3
+    cell.train_cmd[-1] = "5"
+    os.remove(os.path.join(cell.train_dir, "train.json"))
+    runner.run_cell(cell, "cpu", False, dict(os.environ))
+    assert cell.message.startswith("training exited 9")  # short of --max-update: it trains
+
+    with pytest.raises(SystemExit) as e:
+        train_mod.main(["yang2019/both.args", "cpu", "--data", str(tiny_data_bin), "--save-dir", str(save_dir),
+                        "--skip-checkpoint-check", "--", "--max-update", "3"])
+    assert e.value.code == 0 and stored_updates(str(save_dir / "checkpoint_last.pt")) == 3

@@ -7,7 +7,9 @@ import torch
 
 from fairseq_ctx.evaluation import scoring
 from fairseq_ctx.evaluation.average import average_checkpoints, last_checkpoints
+from fairseq_ctx.checkpoint_repair import stored_updates
 from fairseq_ctx.reproduce import train
+from tests.conftest import TRAIN_DEFAULTS, USER_DIR, fairseq_cli, run
 
 
 def test_compound_split_matches_get_ende_bleu_perl_rule():
@@ -67,28 +69,45 @@ def test_average_checkpoints_is_the_mean_of_the_last_n(tmp_path):
         last_checkpoints(str(tmp_path), 5)
 
 
-def _checkpoint(path, updates, value):
-    torch.save({"model": {"w": torch.full((2,), value)}, "args": None, "cfg": None,
+def test_the_final_interval_checkpoint_fairseq_did_not_write_is_checkpoint_last(tiny_data_bin, tmp_path, capsys):
+    """Real fairseq-train: it writes checkpoint_E_U.pt only mid-epoch, so when the training's
+    last interval update ends an epoch (here: one epoch, an interval of 1 update), only
+    checkpoint_last.pt holds that model; it is the newest of the averaged window (not a window
+    shifted to leave the final model out)."""
+    save_dir = tmp_path / "checkpoints"
+    run(fairseq_cli("train", str(tiny_data_bin), "--user-dir", USER_DIR, *TRAIN_DEFAULTS, "--arch", "transformer",
+                    "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+                    "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+                    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--max-epoch", "1",
+                    "--save-interval-updates", "1", "--keep-interval-updates", "3", "--save-dir", str(save_dir)))
+    end = stored_updates(str(save_dir / "checkpoint_last.pt"))
+    assert end > 3 and not (save_dir / f"checkpoint_1_{end}.pt").exists()  # fairseq's rule, as the premise
+    assert [os.path.basename(p) for p in last_checkpoints(str(save_dir), 3)] == [
+        f"checkpoint_1_{end - 2}.pt", f"checkpoint_1_{end - 1}.pt", "checkpoint_last.pt"]
+    assert "not evenly spaced" not in capsys.readouterr().err
+
+
+def _checkpoint(path, updates, value, interval=1000, iterations_in_epoch=0):
+    """A checkpoint with the fields fairseq saves (checkpoint_utils.save_checkpoint)."""
+    torch.save({"model": {"w": torch.full((2,), value)}, "args": None,
+                "cfg": {"checkpoint": {"save_interval_updates": interval}},
+                "extra_state": {"train_iterator": {"epoch": 2, "iterations_in_epoch": iterations_in_epoch}},
                 "optimizer_history": [{"num_updates": updates}], "last_optimizer_state": {}}, path)
 
 
-def test_the_final_interval_checkpoint_fairseq_did_not_write_is_checkpoint_last(tmp_path, capsys):
-    """fairseq writes checkpoint_E_U.pt only mid-epoch: when the training's last interval update
-    (here 5000) ends an epoch, only checkpoint_last.pt holds that model, and it is the newest
-    of the last 5 (not a window shifted to leave the final model out)."""
+@pytest.mark.parametrize("updates, iterations_in_epoch", [(5500, 0), (5000, 17)],
+                         ids=["off-the-interval-grid", "saved-mid-epoch"])
+def test_checkpoint_last_stands_in_for_nothing_else(tmp_path, updates, iterations_in_epoch, capsys):
+    """A checkpoint_last.pt saved off the interval grid (a --max-update that is no multiple of the
+    interval) or mid-epoch (then fairseq wrote the numbered one itself) is not an interval point."""
     for u in (2000, 3000, 4000):
-        _checkpoint(tmp_path / f"checkpoint_{u // 1500 + 1}_{u}.pt", u, u / 1000)
-    _checkpoint(tmp_path / "checkpoint_last.pt", 5000, 5.0)
-    assert [os.path.basename(p) for p in last_checkpoints(str(tmp_path), 4)] == [
-        "checkpoint_2_2000.pt", "checkpoint_3_3000.pt", "checkpoint_3_4000.pt", "checkpoint_last.pt"]
-    assert "not evenly spaced" not in capsys.readouterr().err
-    # saved off the interval grid (a --max-update that is no multiple of the interval): not a stand-in
-    _checkpoint(tmp_path / "checkpoint_last.pt", 5500, 5.5)
+        _checkpoint(tmp_path / f"checkpoint_2_{u}.pt", u, u / 1000)
+    _checkpoint(tmp_path / "checkpoint_last.pt", updates, 5.0, iterations_in_epoch=iterations_in_epoch)
     with pytest.raises(FileNotFoundError, match="wanted the last 4"):
         last_checkpoints(str(tmp_path), 4)
     # one missing inside the window (an interval update that ended an epoch mid-training): said
     _checkpoint(tmp_path / "checkpoint_1_1000.pt", 1000, 1.0)
-    (tmp_path / "checkpoint_3_3000.pt").unlink()
+    (tmp_path / "checkpoint_2_3000.pt").unlink()
     assert len(last_checkpoints(str(tmp_path), 3)) == 3
     assert "not evenly spaced (updates 1000, 2000, 4000)" in capsys.readouterr().err
 

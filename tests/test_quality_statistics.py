@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 import os
+import pathlib
 import random
 import re
 import shutil
@@ -292,7 +293,7 @@ def test_parse_curve_updates_and_interval(qc):
 def test_train_command(qc, tmp_path, monkeypatch):
     cmds = []
 
-    def fake_run(cmd, stdout=None, stderr=None, env=None):
+    def fake_run(cmd, stdout=None, stderr=None, env=None, pass_fds=()):
         cmds.append(cmd)
         return types.SimpleNamespace(returncode=0)
 
@@ -1515,3 +1516,24 @@ def test_every_run_is_locked_while_the_comparison_trains_and_freed_after(qc, stu
         qc.main(study.argv + ["--seeds", "1", "2"], train_fn=train_probing_the_locks, eval_fn=study.fakes.evaluate)
     assert seen and all(all(flags) for flags in seen)  # every run, from the first training on
     assert not any(locked(d) for d in runs)
+
+
+def test_a_training_that_finished_after_its_driver_was_gone_is_not_trained_again(qc, study, monkeypatch):
+    """Driver killed, its fairseq-train went on to --max-update (checkpoint_last.pt there, no
+    trained.json): fairseq-train started again would take one more update and overwrite it, so
+    the run is scored as it is, recorded as trained by the attempt that started it."""
+    _kill_after_training(qc, study, 1, UPDATES)
+    first = json.loads((study.out / "runs" / "00-transformer" / "seed1" / "checkpoints" / "started.json")
+                       .read_text())["attempts"]
+
+    def finished_fake(save_dir, max_update):  # the fakes' checkpoint_last.pt holds its update count as text
+        updates = int((pathlib.Path(save_dir) / "checkpoint_last.pt").read_text())
+        return updates if updates >= max_update else None
+
+    monkeypatch.setattr(qc, "finished_at", finished_fake)
+    trained = len(study.fakes.train_calls)
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    assert len(study.fakes.train_calls) == trained  # not started again
+    run = q["runs"]["00-transformer"]["1"]
+    assert run["resumed_at_update"] == UPDATES and run["train_seconds"] == 0.0
+    assert run["trained_with"] == first[-1] and "earlier_attempts" not in run

@@ -46,14 +46,23 @@ def test_a_lock_file_left_behind_holds_nothing(tmp_path):
         assert (tmp_path / ".lock").read_text().startswith(f"pid {os.getpid()} on ")
 
 
-def test_the_runners_training_and_evaluation_inherit_the_cells_lock(tmp_path):
-    cell_dir = tmp_path / "cell"
-    with RunLock(cell_dir, "train.lock"):
-        [fd] = held_fds(cell_dir)
-        check = [sys.executable, "-c", f"import fcntl; fcntl.flock({fd}, fcntl.LOCK_EX | fcntl.LOCK_NB)"]
-        assert runner._run_logged(check, str(cell_dir / "train.log"), dict(os.environ)) == 0
-        assert runner._run_logged(check, str(cell_dir / "eval" / "test" / "eval.log"), dict(os.environ)) == 0
-    assert runner._run_logged(check, str(cell_dir / "train.log"), dict(os.environ)) != 0  # not held: not passed
+def test_the_runners_training_inherits_the_cells_lock(tmp_path):
+    """run_cell's fairseq-train holds the cell's train.lock too (its evaluations, after the
+    training, take no lock: two tables may score one training at once)."""
+    from fairseq_ctx.reproduce import tables
+
+    table = tables.TABLES["cao_table2"]
+    options = runner.build_parser(table).parse_args(["--setting", "cpu"])
+    options.train_extra = []
+    cell = runner.build_cells(table, table.rows[:1], options, str(tmp_path), str(tmp_path))[0]
+    holds_the_lock = ("import os, sys; fds = os.listdir('/proc/self/fd'); "
+                      "sys.exit(0 if any(os.path.realpath('/proc/self/fd/' + f).endswith('/train.lock') "
+                      "for f in fds) else 7)")
+    cell.train_cmd = [sys.executable, "-c", holds_the_lock]
+    runner.run_cell(cell, "cpu", False, dict(os.environ))
+    assert "training exited 7" not in (cell.message or ""), cell.message
+    unlocked = runner._run_logged(cell.train_cmd, str(tmp_path / "elsewhere" / "train.log"), dict(os.environ))
+    assert unlocked == 7  # the probe sees no lock where none is held
 
 
 def test_the_comparisons_training_inherits_the_runs_lock(tmp_path, monkeypatch):

@@ -44,18 +44,31 @@ def last_checkpoints(save_dir, n, by="auto"):
 
 
 def _final_interval_point(save_dir, numbered):
-    """[(updates, "checkpoint_last.pt")] when checkpoint_last.pt is the interval checkpoint that
-    fairseq did not write because the training's last interval update ended an epoch
-    (checkpoint_utils.save_checkpoint writes checkpoint_E_U.pt only mid-epoch): saved exactly one
-    interval after the newest numbered one. Else []."""
-    from ..checkpoint_repair import LAST, stored_updates
+    """[(updates, "checkpoint_last.pt")] when checkpoint_last.pt is an interval checkpoint that
+    fairseq did not write as checkpoint_E_U.pt because its update ended an epoch
+    (checkpoint_utils.save_checkpoint writes those only mid-epoch), newer than every numbered
+    one: by the checkpoint's own record, saved at an epoch's end (train_iterator
+    iterations_in_epoch 0) at a multiple of its --save-interval-updates. Else []."""
+    import torch
+
+    from ..checkpoint_repair import LAST
 
     last = os.path.join(save_dir, LAST)
-    if len(numbered) < 2 or not os.path.exists(last):
+    if not os.path.exists(last):
         return []
-    spacing = numbered[-1][0] - numbered[-2][0]
-    updates = stored_updates(last)
-    return [(updates, LAST)] if spacing > 0 and updates == numbered[-1][0] + spacing else []
+    try:
+        state = torch.load(last, map_location="cpu", mmap=True, weights_only=False)
+        updates = int(state["optimizer_history"][-1]["num_updates"])
+        cfg = state.get("cfg") or {}
+        interval = int(cfg["checkpoint"]["save_interval_updates"]) if cfg else \
+            int(getattr(state.get("args"), "save_interval_updates", 0) or 0)
+        at_epoch_end = state["extra_state"]["train_iterator"]["iterations_in_epoch"] == 0
+    except Exception:  # noqa: BLE001  (not a fairseq training checkpoint: no stand-in)
+        return []
+    newest = max((u for u, _ in numbered), default=0)
+    if interval > 0 and updates % interval == 0 and at_epoch_end and updates > newest:
+        return [(updates, LAST)]
+    return []
 
 
 def average_checkpoints(paths):

@@ -31,7 +31,7 @@ import time
 from typing import Dict, List, Optional
 
 from ..atomic import atomic_write
-from ..checkpoint_repair import LAST, repair_before_resuming
+from ..checkpoint_repair import LAST, finished_at, repair_before_resuming
 from ..evaluation.defaults import checkpoint_choice
 from ..paths import CHECKOUT, WORK_DIR
 from ..run_lock import RunLock, held_fds
@@ -384,7 +384,7 @@ def _run_logged(cmd, log_path, env):
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"\n$ {shlex.join(cmd)}\n")
         log.flush()
-        # a training / evaluation in a locked cell holds its lock too (run_lock.held_fds)
+        # a training in a locked cell holds its lock too (run_lock.held_fds); evaluations take none
         return subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
                                pass_fds=held_fds(log_path))
 
@@ -452,7 +452,14 @@ def run_cell(cell, setting, smoke, env, train_only=False):
             repairs = _repairs_so_far(cell.checkpoint_dir, repaired)
             if repairs:  # resumed from an earlier save, or started over (this attempt's or an earlier one's)
                 record["checkpoint_repair"] = repairs
-            code = _run_logged(cell.train_cmd, log, env)
+            done = finished_at(cell.checkpoint_dir, train_mod.option_int(cell.train_cmd, "--max-update", 0))
+            if done is not None:  # its driver was gone when it ended: no train.json yet
+                _say(cell, log, f"checkpoint_last.pt is at update {done} (--max-update): the training finished "
+                                "in an earlier attempt; not started again")
+                record["finished_in_an_earlier_attempt_at_update"] = done
+                code = 0
+            else:
+                code = _run_logged(cell.train_cmd, log, env)
             if code:
                 cell.status, cell.message = "FAILED", f"training exited {code}; log {log}"
                 cell.log_tail = _tail(log)
@@ -535,6 +542,10 @@ def run_follower(cells, node_rank):
     failed = []
     for cell in [c for c in cells if not c.trained]:
         log = os.path.join(cell.train_dir, f"train.node{node_rank}.log")
+        if finished_at(cell.checkpoint_dir, train_mod.option_int(cell.train_cmd, "--max-update", 0)) is not None:
+            print(f"node {node_rank}: {cell.name}: finished in an earlier attempt (node 0 does not start it "
+                  "either)", flush=True)
+            continue
         code = _run_logged(cell.train_cmd, log, dict(os.environ, PYTHONUNBUFFERED="1"))
         print(f"node {node_rank}: {cell.name}: training {'ok' if code == 0 else f'FAILED (exit {code}); log {log}'}",
               flush=True)

@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
-from ..checkpoint_repair import repair_before_resuming
+from ..checkpoint_repair import finished_at, repair_before_resuming
 from ..paths import CONFIGS, config_path
 from ..paths import IMPORT_ROOT as ROOT  # noqa: F401  (runner: child processes run from there)
 from ..paths import PACKAGE_DIR as USER_DIR
@@ -296,8 +296,11 @@ RESUMPTION_BREAKERS = {
     "--reset-optimizer": "every resumption would start the optimizer (and update count) over",
     "--reset-lr-scheduler": "every resumption would start the lr schedule over",
     "--reset-dataloader": "every resumption would start the epoch's data over",
+    "--reset-meters": "every resumption would forget the best validation loss, so the next validation "
+                      "overwrites checkpoint_best.pt whatever its loss",
     "--restore-file": "every resumption would restart from that file instead of checkpoint_last.pt "
-                      "(use --finetune-from-model to start from another model)",
+                      "(start from another model with --finetune-from-model, or --continue-once to keep "
+                      "its optimizer state: both act on the first launch only)",
 }
 
 
@@ -348,14 +351,16 @@ def checkpoint_conflict(words, settings=None):
         # checkpoint_best.pt is written where a save meets a validation
         if "--disable-validation" in flags:
             return "--disable-validation: no checkpoint_best.pt is written (it is chosen by validation loss)"
-        if 0 < max_update <= validate_after:
+        if 0 < max_update < validate_after:  # fairseq validates from update validate_after on
             return (f"--validate-after-updates {validate_after} with --max-update {max_update}: no validation, "
                     "so no checkpoint_best.pt")
         max_epoch = option_int(words, "--max-epoch", 0)
         save_every = max(1, option_int(words, "--save-interval", 1))
         validate_every = max(1, option_int(words, "--validate-interval", 1))
         both = math.lcm(save_every, validate_every)
-        if max_epoch > 0 and option_int(words, "--save-interval-updates", 0) <= 0 and both > max_epoch:
+        # (a --max-update stop saves and validates, and so do interval saves: then a best exists)
+        if (max_epoch > 0 and max_update <= 0 and option_int(words, "--save-interval-updates", 0) <= 0
+                and both > max_epoch):
             return (f"--save-interval {save_every} / --validate-interval {validate_every} with --max-epoch "
                     f"{max_epoch}: no epoch is both saved and validated, so no checkpoint_best.pt "
                     "(fairseq does not save when --max-epoch ends the training)")
@@ -381,28 +386,6 @@ def checkpoint_warnings(words, settings=None):
         out.append(f"--save-interval {save_every} with --max-epoch {max_epoch}: the last {max_epoch % save_every} "
                    "epoch(s) are trained but never saved, so the evaluated checkpoint ignores them")
     return out
-    if settings.average_last:
-        n = settings.average_last
-        # fairseq: --keep-interval-updates / --keep-last-epochs K > 0 delete all but the newest K
-        interval = option_int(words, "--save-interval-updates", 0)
-        if interval > 0:  # the average then takes checkpoint_E_U.pt (evaluation/average.py)
-            keep = option_int(words, "--keep-interval-updates", -1)
-            if 0 < keep < n:
-                return (f"--keep-interval-updates {keep}: the evaluation averages the last {n} interval "
-                        f"checkpoints, so at least {n} must be kept")
-            max_update = option_int(words, "--max-update", 0)
-            if 0 < max_update < n * interval:
-                return (f"--max-update {max_update} with --save-interval-updates {interval} writes "
-                        f"{max_update // interval} interval checkpoints; the evaluation averages the last {n}")
-        elif "--no-epoch-checkpoints" in flags:
-            return (f"--save-interval-updates {interval} with --no-epoch-checkpoints: no numbered "
-                    f"checkpoint is written; the evaluation averages the last {n}")
-        elif 0 < option_int(words, "--keep-last-epochs", -1) < n:
-            return (f"--keep-last-epochs {option_int(words, '--keep-last-epochs', -1)}: the evaluation "
-                    f"averages the last {n} epoch checkpoints")
-    elif settings.checkpoint == "checkpoint_best.pt" and "--disable-validation" in flags:
-        return "--disable-validation: no checkpoint_best.pt is written (it is chosen by validation loss)"
-    return None
 
 
 def main(argv=None):
@@ -443,6 +426,11 @@ def main(argv=None):
     if args.node_rank == 0:  # one node repairs the shared directory; the others would race it
         repair_before_resuming(args.save_dir, log=lambda message: print(f"train: {message}", file=sys.stderr,
                                                                          flush=True))
+    done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0))
+    if done is not None:  # fairseq-train would take one more update and overwrite the checkpoints
+        print(f"train: {args.save_dir}/checkpoint_last.pt is at update {done} (--max-update): the training has "
+              "finished; not started again", file=sys.stderr, flush=True)
+        sys.exit(0)
     sys.exit(subprocess.call(cmd))
 
 
