@@ -92,7 +92,7 @@ from .checkpoint_repair import finished_at, restore_last_from_newest_whole, writ
 from .evaluation.defaults import PAPER_DEFAULTS
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
 from .run_lock import RunInUse, RunLock, held_fds
-from .reproduce.train import read_args_file
+from .reproduce.train import option_value, read_args_file
 
 DEMO = PAPER_DEFAULTS["demo"]  # evaluated with the demo's settings
 
@@ -160,24 +160,13 @@ def parse_curve_updates(text, updates):
 MAX_UPDATE_SCHEDULES = ("cosine", "tri_stage", "reduce_lr_on_plateau")
 
 
-def _last_option(words, option):
-    """The value of the last ``option X`` or ``option=X`` in words (fairseq's last wins)."""
-    value = None
-    for i, w in enumerate(words):
-        if w == option and i + 1 < len(words):
-            value = words[i + 1]
-        elif w.startswith(option + "="):
-            value = w[len(option) + 1:]
-    return value
-
-
 def lr_depends_on_max_update(words):
     """True when the schedule of these training arguments changes with --max-update:
     cosine / tri_stage / reduce_lr_on_plateau, and polynomial_decay unless
     --total-num-update fixes its length (it defaults to --max-update)."""
-    scheduler = _last_option(words, "--lr-scheduler") or "fixed"
+    scheduler = option_value(words, "--lr-scheduler") or "fixed"
     if scheduler == "polynomial_decay":
-        return _last_option(words, "--total-num-update") is None
+        return option_value(words, "--total-num-update") is None
     return scheduler in MAX_UPDATE_SCHEDULES
 
 
@@ -980,7 +969,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         a side directory."""
         words = [*common, *configs[name]]
         if lr_depends_on_max_update(words):
-            scheduler = _last_option(words, "--lr-scheduler")
+            scheduler = option_value(words, "--lr-scheduler")
             # training to U with --max-update U would follow another learning-rate curve
             raise RuntimeError(f"{name} seed {seed}: no checkpoint at {u} updates (an epoch ended there) and "
                                f"--lr-scheduler {scheduler} depends on --max-update, so it cannot be recovered "
@@ -1164,7 +1153,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     # another would be overridden in training only
     for where, words in [("--common", common), *((f"{n}.args", v) for n, v in configs.items())]:
         for aliases, wanted in ((("-s", "--source-lang"), a.src), (("-t", "--target-lang"), a.tgt)):
-            given = {v for alias in aliases if (v := _last_option(words, alias)) is not None}
+            given = {v for alias in aliases if (v := option_value(words, alias)) is not None}
             if given - {wanted}:
                 p.error(f"{where} sets {aliases[1]} {sorted(given - {wanted})[0]}, this comparison is "
                         f"{a.src} -> {a.tgt}: set the direction with --src / --tgt")
