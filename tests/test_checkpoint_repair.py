@@ -182,7 +182,7 @@ def test_fairseq_ctx_train_repairs_before_it_starts_fairseq(tmp_path, monkeypatc
     cut = (save_dir / "checkpoint_last.pt").read_bytes()[:-300]
     started_with = []
     monkeypatch.setattr(train.subprocess, "call",
-                        lambda cmd: started_with.append((save_dir / "checkpoint_last.pt").read_bytes()) or 0)
+                        lambda cmd, **kwargs: started_with.append((save_dir / "checkpoint_last.pt").read_bytes()) or 0)
     common = ["yang2019/both.args", "cpu", "--data", str(tmp_path), "--save-dir", str(save_dir)]
     # node 1 of two (torchrun: the same command on every node) leaves the shared directory to node 0
     (save_dir / "checkpoint_last.pt").write_bytes(cut)
@@ -361,3 +361,27 @@ def test_a_finished_training_is_not_started_again(tiny_data_bin, tmp_path):
         train_mod.main(["yang2019/both.args", "cpu", "--data", str(tiny_data_bin), "--save-dir", str(save_dir),
                         "--skip-checkpoint-check", "--", "--max-update", "3"])
     assert e.value.code == 0 and stored_updates(str(save_dir / "checkpoint_last.pt")) == 3
+
+
+def test_fairseq_ctx_train_refuses_a_directory_a_training_holds(tmp_path, monkeypatch):
+    """A resubmitted job while the first one still trains: the second starts nothing (the
+    first one's fairseq-train holds the save directory's lock, inherited)."""
+    import fcntl
+
+    from fairseq_ctx.reproduce import train
+
+    save_dir = tmp_path / "ck"
+    save_dir.mkdir()
+    started = []
+    monkeypatch.setattr(train.subprocess, "call", lambda cmd, **kwargs: started.append(kwargs) or 0)
+    common = ["yang2019/both.args", "cpu", "--data", str(tmp_path), "--save-dir", str(save_dir), "--skip-checkpoint-check"]
+    with open(save_dir / "train.lock", "w") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        other.write("pid 4242 on node7\n")
+        other.flush()
+        with pytest.raises(SystemExit) as e:
+            train.main(common)
+        assert "in use by pid 4242 on node7" in str(e.value) and started == []
+    with pytest.raises(SystemExit) as e:
+        train.main(common)
+    assert e.value.code == 0 and len(started[0]["pass_fds"]) == 1  # the training holds it too

@@ -38,6 +38,7 @@ from ..checkpoint_repair import finished_at, repair_before_resuming
 from ..paths import CONFIGS, config_path
 from ..paths import IMPORT_ROOT as ROOT  # noqa: F401  (runner: child processes run from there)
 from ..paths import PACKAGE_DIR as USER_DIR
+from ..run_lock import RunInUse, RunLock, held_fds
 
 # name -> (GPUs, max tokens per GPU, update freq, precision)
 SETTINGS = {
@@ -423,7 +424,12 @@ def main(argv=None):
     if args.dry_run:
         return
     os.makedirs(args.save_dir, exist_ok=True)
-    if args.node_rank == 0:  # one node repairs the shared directory; the others would race it
+    lock = RunLock(args.save_dir, "train.lock")
+    if args.node_rank == 0:  # one node locks and repairs the shared directory; the others would race it
+        try:  # a resubmitted job while the first still trains (the training holds it too: pass_fds)
+            lock.acquire()
+        except RunInUse as error:
+            sys.exit(f"train: {error}: a training is running there; nothing was started")
         repair_before_resuming(args.save_dir, log=lambda message: print(f"train: {message}", file=sys.stderr,
                                                                          flush=True))
     done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0))
@@ -431,7 +437,7 @@ def main(argv=None):
         print(f"train: {args.save_dir}/checkpoint_last.pt is at update {done} (--max-update): the training has "
               "finished; not started again", file=sys.stderr, flush=True)
         sys.exit(0)
-    sys.exit(subprocess.call(cmd))
+    sys.exit(subprocess.call(cmd, pass_fds=held_fds(args.save_dir)))
 
 
 if __name__ == "__main__":
