@@ -648,6 +648,17 @@ def _resumed_at_update(log_path):
     return int(found[-1]) if found else None
 
 
+def _training_seconds(log_path):
+    """fairseq's last "done training in X seconds" of the log (the attempt that finished), or
+    0.0 when the log does not say."""
+    try:
+        with open(log_path) as f:
+            found = re.findall(r"done training in ([\d.]+) seconds", f.read())
+    except OSError:
+        return 0.0
+    return float(found[-1]) if found else 0.0
+
+
 # scores of the checkpoint at U updates: test in RUN/curve/updU, valid in RUN/valid/updU
 POINT_DIRS = {"test": "curve", "valid": "valid"}
 
@@ -858,7 +869,16 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             # continues in another floating-point order, so the record names every one
             trained_with = _run_provenance(threads, [*common, *configs[name]], device, pinned_name(device))
             earlier_attempts = None
-            if resumed:
+            # the training ended after the driver of its last attempt was gone: fairseq-train
+            # started again would take one more update and overwrite checkpoint_last.pt
+            done = finished_at(ckpt_dir, updates) if resumed else None
+            if done is not None:
+                earlier_attempts = started.get("attempts") or [
+                    {"note": "not recorded (the training started before attempts were recorded)"}]
+                # the attempt that finished it is the last one recorded; this one trained nothing
+                trained_with, earlier_attempts = earlier_attempts[-1], earlier_attempts[:-1] or None
+                log(f"[quality] {name} seed {seed}: its training had finished ({done} updates); not started again")
+            elif resumed:
                 earlier_attempts = started.get("attempts") or [
                     {"note": "not recorded (the training started before attempts were recorded)"}]
                 _write_json(os.path.join(ckpt_dir, "started.json"),
@@ -886,19 +906,14 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 if os.path.exists(log_path):
                     os.remove(log_path)
                 _write_json(os.path.join(ckpt_dir, "started.json"), {**key, "attempts": [trained_with]})
-            log(f"[quality] {name} seed {seed}: training {updates} updates"
-                + (f", checkpoints at {', '.join(map(str, curve_updates))}" if curve_updates else "")
-                + f" ({time.strftime('%H:%M:%S')})")
+            if done is None:
+                log(f"[quality] {name} seed {seed}: training {updates} updates"
+                    + (f", checkpoints at {', '.join(map(str, curve_updates))}" if curve_updates else "")
+                    + f" ({time.strftime('%H:%M:%S')})")
             kwargs = {"curve_updates": curve_updates, **pin} if curve_updates else dict(pin)
             kwargs.update(train_langs)
-            done = finished_at(ckpt_dir, updates) if resumed else None
-            if done is not None:
-                # the training ended after this driver's last attempt was gone: fairseq-train
-                # started again would take one more update and overwrite checkpoint_last.pt
-                log(f"[quality] {name} seed {seed}: its training had finished ({done} updates); not started again")
-                train_s, resumed_at = 0.0, done
-                if earlier_attempts and "note" not in earlier_attempts[-1]:
-                    trained_with, earlier_attempts = earlier_attempts[-1], earlier_attempts[:-1] or None
+            if done is not None:  # what its log says of the attempt that finished it
+                train_s, resumed_at = _training_seconds(log_path), _resumed_at_update(log_path)
             else:
                 train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
                                    threads, **kwargs)

@@ -1531,9 +1531,13 @@ def test_a_training_that_finished_after_its_driver_was_gone_is_not_trained_again
         return updates if updates >= max_update else None
 
     monkeypatch.setattr(qc, "finished_at", finished_fake)
+    log = study.out / "runs" / "00-transformer" / "seed1" / "train.log"
+    with open(log, "a") as f:  # what fairseq-train logged as it ended, after the driver was gone
+        f.write("2026-11-26 06:00:00 | INFO | fairseq_cli.train | done training in 321.5 seconds\n")
     trained = len(study.fakes.train_calls)
     q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
     assert len(study.fakes.train_calls) == trained  # not started again
     run = q["runs"]["00-transformer"]["1"]
-    assert run["resumed_at_update"] == UPDATES and run["train_seconds"] == 0.0
+    assert run["train_seconds"] == 321.5 and "resumed_at_update" not in run  # it had started fresh
     assert run["trained_with"] == first[-1] and "earlier_attempts" not in run
+

@@ -57,13 +57,18 @@ def _final_interval_point(save_dir, numbered):
     if not os.path.exists(last):
         return []
     try:
-        state = torch.load(last, map_location="cpu", mmap=True, weights_only=False)
+        try:
+            state = torch.load(last, map_location="cpu", mmap=True, weights_only=False)
+        except RuntimeError:  # a checkpoint in torch's legacy (non-zip) format cannot be mapped
+            state = torch.load(last, map_location="cpu", weights_only=False)
         updates = int(state["optimizer_history"][-1]["num_updates"])
         cfg = state.get("cfg") or {}
         interval = int(cfg["checkpoint"]["save_interval_updates"]) if cfg else \
             int(getattr(state.get("args"), "save_interval_updates", 0) or 0)
         at_epoch_end = state["extra_state"]["train_iterator"]["iterations_in_epoch"] == 0
-    except Exception:  # noqa: BLE001  (not a fairseq training checkpoint: no stand-in)
+    except Exception as error:  # noqa: BLE001  (not a fairseq training checkpoint: no stand-in)
+        print(f"average: warning: {last} could not be read ({type(error).__name__}): it cannot stand in for an "
+              "interval checkpoint", file=sys.stderr, flush=True)
         return []
     newest = max((u for u, _ in numbered), default=0)
     if interval > 0 and updates % interval == 0 and at_epoch_end and updates > newest:

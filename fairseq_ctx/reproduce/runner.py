@@ -452,7 +452,10 @@ def run_cell(cell, setting, smoke, env, train_only=False):
             repairs = _repairs_so_far(cell.checkpoint_dir, repaired)
             if repairs:  # resumed from an earlier save, or started over (this attempt's or an earlier one's)
                 record["checkpoint_repair"] = repairs
-            done = finished_at(cell.checkpoint_dir, train_mod.option_int(cell.train_cmd, "--max-update", 0))
+            # (one node: the other nodes of a multi-node training decide on their own and would
+            # wait at the rendezvous for a node 0 that does not come)
+            done = finished_at(cell.checkpoint_dir, train_mod.option_int(cell.train_cmd, "--max-update", 0)) \
+                if cell.hw.nnodes == 1 else None
             if done is not None:  # its driver was gone when it ended: no train.json yet
                 _say(cell, log, f"checkpoint_last.pt is at update {done} (--max-update): the training finished "
                                 "in an earlier attempt; not started again")
@@ -542,10 +545,6 @@ def run_follower(cells, node_rank):
     failed = []
     for cell in [c for c in cells if not c.trained]:
         log = os.path.join(cell.train_dir, f"train.node{node_rank}.log")
-        if finished_at(cell.checkpoint_dir, train_mod.option_int(cell.train_cmd, "--max-update", 0)) is not None:
-            print(f"node {node_rank}: {cell.name}: finished in an earlier attempt (node 0 does not start it "
-                  "either)", flush=True)
-            continue
         code = _run_logged(cell.train_cmd, log, dict(os.environ, PYTHONUNBUFFERED="1"))
         print(f"node {node_rank}: {cell.name}: training {'ok' if code == 0 else f'FAILED (exit {code}); log {log}'}",
               flush=True)

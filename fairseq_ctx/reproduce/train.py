@@ -359,7 +359,8 @@ def checkpoint_conflict(words, settings=None):
         save_every = max(1, option_int(words, "--save-interval", 1))
         validate_every = max(1, option_int(words, "--validate-interval", 1))
         both = math.lcm(save_every, validate_every)
-        # (a --max-update stop saves and validates, and so do interval saves: then a best exists)
+        # (interval saves validate too; a --max-update stop saves and validates only if it comes
+        # before --max-epoch: then warned, not refused)
         if (max_epoch > 0 and max_update <= 0 and option_int(words, "--save-interval-updates", 0) <= 0
                 and both > max_epoch):
             return (f"--save-interval {save_every} / --validate-interval {validate_every} with --max-epoch "
@@ -383,6 +384,12 @@ def checkpoint_warnings(words, settings=None):
                        f"only), so one such coincidence leaves the average of the last {settings.average_last} "
                        "without enough (give --max-update a margin)")
     max_epoch, save_every = option_int(words, "--max-epoch", 0), max(1, option_int(words, "--save-interval", 1))
+    validate_every = max(1, option_int(words, "--validate-interval", 1))
+    if (not settings.average_last and max_epoch > 0 and max_update > 0 and interval <= 0
+            and math.lcm(save_every, validate_every) > max_epoch):
+        out.append(f"--save-interval {save_every} / --validate-interval {validate_every} with --max-epoch "
+                   f"{max_epoch}: no epoch is both saved and validated, so a checkpoint_best.pt exists only if "
+                   f"--max-update {max_update} comes first")
     if not settings.average_last and max_epoch > 0 and interval <= 0 and max_epoch % save_every:
         out.append(f"--save-interval {save_every} with --max-epoch {max_epoch}: the last {max_epoch % save_every} "
                    "epoch(s) are trained but never saved, so the evaluated checkpoint ignores them")
@@ -432,7 +439,8 @@ def main(argv=None):
             sys.exit(f"train: {error}: a training is running there; nothing was started")
         repair_before_resuming(args.save_dir, log=lambda message: print(f"train: {message}", file=sys.stderr,
                                                                          flush=True))
-    done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0))
+    # one node only: nodes deciding apart could leave the others waiting at the rendezvous
+    done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0)) if args.nnodes == 1 else None
     if done is not None:  # fairseq-train would take one more update and overwrite the checkpoints
         print(f"train: {args.save_dir}/checkpoint_last.pt is at update {done} (--max-update): the training has "
               "finished; not started again", file=sys.stderr, flush=True)
