@@ -1,7 +1,8 @@
 """One process per training directory: an advisory lock (flock) on a file in it.
 
-``fairseq-ctx-reproduce`` (``<cell>/train.lock``) and ``fairseq-ctx-quality-compare``
-(``<run>/.lock``) hold it while they train or score there, so a second launch (another shell,
+``fairseq-ctx-reproduce`` (``<cell>/train.lock``), ``fairseq-ctx-quality-compare``
+(``<run>/.lock``) and ``fairseq-ctx-train`` (``<save dir>/train.lock``, node 0) hold it while
+they train (quality_compare: or score) there, so a second launch (another shell,
 a resubmitted job, a second seed set on the same out-dir) fails at once instead of writing
 into the same checkpoints. flock rather than an O_EXCL file: the kernel releases it when the
 last process holding it is gone (killed, preempted, node lost), so no stale lock has to be
