@@ -29,7 +29,7 @@ def last_checkpoints(save_dir, n, by="auto"):
     if by == "auto":
         by = "updates" if found["updates"] else "epochs"
     if by == "updates":
-        found["updates"] += _final_interval_point(save_dir, sorted(found["updates"]))
+        found["updates"] += _final_interval_point(save_dir, found["updates"])
     chosen = sorted(found[by], reverse=True)[:n]
     spacings = {later - earlier for (later, _), (earlier, _) in zip(chosen, chosen[1:])}
     if by == "updates" and len(spacings) > 1:
@@ -49,8 +49,6 @@ def _final_interval_point(save_dir, numbered):
     (checkpoint_utils.save_checkpoint writes those only mid-epoch), newer than every numbered
     one: by the checkpoint's own record, saved at an epoch's end (train_iterator
     iterations_in_epoch 0) at a multiple of its --save-interval-updates. Else []."""
-    import torch
-
     from ..checkpoint_repair import LAST
 
     last = os.path.join(save_dir, LAST)

@@ -305,6 +305,29 @@ RESUMPTION_BREAKERS = {
 }
 
 
+def interval_checkpoints_written(words):
+    """How many checkpoint_E_U.pt fairseq-train writes at most: one at every multiple of
+    --save-interval-updates up to --max-update, from --validate-after-updates on (fairseq_cli/
+    train.py validate_and_save); None without both an interval and --max-update."""
+    interval, max_update = option_int(words, "--save-interval-updates", 0), option_int(words, "--max-update", 0)
+    if interval <= 0 or max_update <= 0:
+        return None
+    first = max(1, -(-option_int(words, "--validate-after-updates", 0) // interval))
+    return max(0, max_update // interval - first + 1)
+
+
+def _epochs_never_saved_and_validated(words):
+    """(save interval, validate interval, max epoch) when no epoch up to --max-epoch is both
+    saved and validated (so no epoch-end save writes checkpoint_best.pt), else None."""
+    max_epoch = option_int(words, "--max-epoch", 0)
+    save_every = max(1, option_int(words, "--save-interval", 1))
+    validate_every = max(1, option_int(words, "--validate-interval", 1))
+    if max_epoch > 0 and option_int(words, "--save-interval-updates", 0) <= 0 \
+            and math.lcm(save_every, validate_every) > max_epoch:
+        return save_every, validate_every, max_epoch
+    return None
+
+
 def checkpoint_conflict(words, settings=None):
     """What in a fairseq-train command (every word: config, setting, extra) would leave a
     resumption, or the evaluation ``settings`` (evaluation/defaults.py), without the checkpoint
@@ -333,10 +356,8 @@ def checkpoint_conflict(words, settings=None):
             if 0 < keep < n:
                 return (f"--keep-interval-updates {keep}: the evaluation averages the last {n} interval "
                         f"checkpoints, so at least {n} must be kept")
-            if max_update > 0:
-                # interval saves at multiples of the interval from --validate-after-updates on
-                first = max(1, -(-validate_after // interval))
-                written = max(0, max_update // interval - first + 1)
+            written = interval_checkpoints_written(words)
+            if written is not None:
                 if written < n:
                     return (f"--max-update {max_update} with --save-interval-updates {interval}"
                             + (f" from --validate-after-updates {validate_after}" if validate_after else "")
@@ -345,9 +366,8 @@ def checkpoint_conflict(words, settings=None):
         elif "--no-epoch-checkpoints" in flags:
             return (f"--save-interval-updates {interval} with --no-epoch-checkpoints: no numbered "
                     f"checkpoint is written; the evaluation averages the last {n}")
-        elif 0 < option_int(words, "--keep-last-epochs", -1) < n:
-            return (f"--keep-last-epochs {option_int(words, '--keep-last-epochs', -1)}: the evaluation "
-                    f"averages the last {n} epoch checkpoints")
+        elif 0 < (keep_epochs := option_int(words, "--keep-last-epochs", -1)) < n:
+            return f"--keep-last-epochs {keep_epochs}: the evaluation averages the last {n} epoch checkpoints"
     elif settings.checkpoint == "checkpoint_best.pt":
         # checkpoint_best.pt is written where a save meets a validation
         if "--disable-validation" in flags:
@@ -355,16 +375,12 @@ def checkpoint_conflict(words, settings=None):
         if 0 < max_update < validate_after:  # fairseq validates from update validate_after on
             return (f"--validate-after-updates {validate_after} with --max-update {max_update}: no validation, "
                     "so no checkpoint_best.pt")
-        max_epoch = option_int(words, "--max-epoch", 0)
-        save_every = max(1, option_int(words, "--save-interval", 1))
-        validate_every = max(1, option_int(words, "--validate-interval", 1))
-        both = math.lcm(save_every, validate_every)
         # (interval saves validate too; a --max-update stop saves and validates only if it comes
         # before --max-epoch: then warned, not refused)
-        if (max_epoch > 0 and max_update <= 0 and option_int(words, "--save-interval-updates", 0) <= 0
-                and both > max_epoch):
-            return (f"--save-interval {save_every} / --validate-interval {validate_every} with --max-epoch "
-                    f"{max_epoch}: no epoch is both saved and validated, so no checkpoint_best.pt "
+        never = _epochs_never_saved_and_validated(words)
+        if never and max_update <= 0:
+            return (f"--save-interval {never[0]} / --validate-interval {never[1]} with --max-epoch {never[2]}: "
+                    "no epoch is both saved and validated, so no checkpoint_best.pt "
                     "(fairseq does not save when --max-epoch ends the training)")
     return None
 
@@ -376,20 +392,17 @@ def checkpoint_warnings(words, settings=None):
     if settings is None:
         return out
     interval, max_update = option_int(words, "--save-interval-updates", 0), option_int(words, "--max-update", 0)
-    if settings.average_last and interval > 0 and max_update > 0:
-        first = max(1, -(-option_int(words, "--validate-after-updates", 0) // interval))
-        if max_update // interval - first + 1 == settings.average_last:
-            out.append(f"exactly {settings.average_last} interval checkpoints would be written: fairseq writes "
-                       "none at an update that ends an epoch (checkpoint_last.pt stands in for the final one "
-                       f"only), so one such coincidence leaves the average of the last {settings.average_last} "
-                       "without enough (give --max-update a margin)")
+    if settings.average_last and interval_checkpoints_written(words) == settings.average_last:
+        out.append(f"exactly {settings.average_last} interval checkpoints would be written: fairseq writes "
+                   "none at an update that ends an epoch (checkpoint_last.pt stands in for the final one "
+                   f"only), so one such coincidence leaves the average of the last {settings.average_last} "
+                   "without enough (give --max-update a margin)")
+    never = _epochs_never_saved_and_validated(words)
+    if not settings.average_last and never and max_update > 0:
+        out.append(f"--save-interval {never[0]} / --validate-interval {never[1]} with --max-epoch {never[2]}: no "
+                   f"epoch is both saved and validated, so a checkpoint_best.pt exists only if --max-update "
+                   f"{max_update} comes first")
     max_epoch, save_every = option_int(words, "--max-epoch", 0), max(1, option_int(words, "--save-interval", 1))
-    validate_every = max(1, option_int(words, "--validate-interval", 1))
-    if (not settings.average_last and max_epoch > 0 and max_update > 0 and interval <= 0
-            and math.lcm(save_every, validate_every) > max_epoch):
-        out.append(f"--save-interval {save_every} / --validate-interval {validate_every} with --max-epoch "
-                   f"{max_epoch}: no epoch is both saved and validated, so a checkpoint_best.pt exists only if "
-                   f"--max-update {max_update} comes first")
     if not settings.average_last and max_epoch > 0 and interval <= 0 and max_epoch % save_every:
         out.append(f"--save-interval {save_every} with --max-epoch {max_epoch}: the last {max_epoch % save_every} "
                    "epoch(s) are trained but never saved, so the evaluated checkpoint ignores them")
