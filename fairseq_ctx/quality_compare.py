@@ -300,7 +300,9 @@ def _ci(st, nd=2):
 def _p_wilcoxon(st):
     if st.get("p_wilcoxon") is None:
         return "-"
-    return _f(st["p_wilcoxon"], 3) + ("" if st.get("wilcoxon_can_reach_alpha") else " †")
+    # four significant digits: exact p-values are multiples of 1 / 2^(n-1) (5 seeds: 0.0625,
+    # which three decimals would print as 0.062, below the floor the footnote gives)
+    return f"{st['p_wilcoxon']:.4g}" + ("" if st.get("wilcoxon_can_reach_alpha") else " †")
 
 
 def _import_source_note(source):

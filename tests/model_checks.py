@@ -25,11 +25,14 @@ def make_dictionary(size):
     return dictionary
 
 
-def parse_train_args(arch_args, data="unused-data-dir"):
-    """Parse arguments exactly as fairseq-train does (arch defaults applied)."""
+def parse_train_args(arch_args, data="unused-data-dir", parse_known=False):
+    """Parse arguments exactly as fairseq-train does (arch defaults applied).
+    ``parse_known``: leave out options the chosen arch's parser does not know."""
     parser = options.get_training_parser()
     argv = [data, "--user-dir", USER_DIR, "--task", "translation",
             "--source-lang", "src", "--target-lang", "tgt", *arch_args]
+    if parse_known:
+        return options.parse_args_and_arch(parser, argv, parse_known=True)[0]
     return options.parse_args_and_arch(parser, argv)
 
 

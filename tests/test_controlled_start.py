@@ -19,6 +19,7 @@ import torch
 
 import fairseq_ctx.models  # noqa: F401  (registers the architectures)
 from fairseq.tasks.translation import TranslationTask
+from fairseq_ctx.reproduce import train as train_mod
 from tests.model_checks import make_dictionary, parse_train_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -142,10 +143,10 @@ def arch_options(arch, options):
     return ["--arch", arch, *dims, *options]
 
 
-def build(argv, seed):
+def build(argv, seed, parse_known=False):
     """fairseq-train's order: parse, seed (utils.set_torch_seed = torch.manual_seed on
     CPU), set up the task, build the model. Returns (state dict, global RNG state after)."""
-    args = parse_train_args(argv)
+    args = parse_train_args(argv, parse_known=parse_known)
     torch.manual_seed(seed)
     task = TranslationTask(args, make_dictionary(VOCAB), make_dictionary(VOCAB))
     model = task.build_model(args)
@@ -225,6 +226,63 @@ def test_added_parameters_are_deterministic_under_the_seed(name):
         assert not random_init and all(not first[k].any() for k in added)
     elif not adds_nothing:
         assert random_init, f"{name}: no randomly initialised additions found"
+
+
+# -- every shipped config (paper tables, demo rows, initialisation-study arms) -------------
+
+CONFIGS = os.path.join(ROOT, "fairseq_ctx", "configs")
+STOCK_OF = {"transformer_context_aware": "transformer", "transformer_cross_agg": "transformer",
+            "transformer_sentential": "transformer", "lstm_multihop": "lstm",
+            "transformer_context_aware_big": "transformer_vaswani_wmt_en_de_big",
+            "transformer_cross_agg_big": "transformer_vaswani_wmt_en_de_big",
+            "transformer_sentential_big": "transformer_vaswani_wmt_en_de_big"}
+
+
+def shipped_configs():
+    """(relative path, model options) of every config that trains one of our architectures:
+    the paper's train.args (shared embeddings etc.) + the row's own options."""
+    found = []
+    for paper in sorted(os.listdir(CONFIGS)):
+        for name in sorted(os.listdir(os.path.join(CONFIGS, paper))):
+            if not name.endswith(".args") or name == "train.args":
+                continue
+            words = train_mod.model_args(os.path.join(CONFIGS, paper, name))
+            if train_mod.option_value(words, "--arch") in STOCK_OF:
+                found.append((f"{paper}/{name}", words))
+    return found
+
+
+SHIPPED = shipped_configs()
+
+
+def test_the_shipped_configs_are_found():
+    papers = {path.split("/")[0] for path, _ in SHIPPED}
+    assert {"yang2019", "wang2019", "cao", "iida2019", "demo", "init_study"} <= papers and len(SHIPPED) > 30
+
+
+@pytest.mark.parametrize("path,words", SHIPPED, ids=[path for path, _ in SHIPPED])
+def test_every_shipped_config_starts_from_its_stock_models_weights(path, words):
+    """The configs a user trains (every option combination the papers' tables, the demo and
+    the study use), at tiny dims: the stock side is the same options under the stock arch,
+    with what fairseq's stock parser does not know left out (the added mechanism's options)."""
+    arch = train_mod.option_value(words, "--arch")
+    dims = LSTM_DIMS if arch == "lstm_multihop" else TRANSFORMER_DIMS
+    arch_argv = [*words, *dims]
+    stock_argv = [*words, "--arch", STOCK_OF[arch], *dims]
+    if arch == "lstm_multihop":
+        stock_argv += ["--decoder-attention", "1"]
+    stock_args = parse_train_args(stock_argv, parse_known=True)
+    assert stock_args.arch == STOCK_OF[arch]
+    stock_state, stock_rng = build(stock_argv, 5, parse_known=True)
+    arch_state, arch_rng = build(arch_argv, 5)
+    shared, identical, missing = compare(stock_state, arch_state)
+    heads_of_config = int(train_mod.option_value(words, "--attention-heads") or 1)
+    allowed_missing = MULTIHOP_RESHAPED if arch == "lstm_multihop" and heads_of_config > 1 else set()
+    assert set(missing) <= allowed_missing, f"{path}: stock tensors the model lacks or reshapes: {missing}"
+    assert len(shared) > 10
+    differing = [k for k in shared if k not in identical]
+    assert not differing, f"{path}: first shared tensors that differ from stock {STOCK_OF[arch]}: {differing[:5]}"
+    assert torch.equal(stock_rng, arch_rng), f"{path}: global RNG state after the build differs from stock"
 
 
 def test_additions_do_not_depend_on_the_other_side():

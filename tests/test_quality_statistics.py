@@ -177,6 +177,14 @@ def tied_signed_rank_p(diffs):
     return hits / 2 ** len(ranks)
 
 
+def test_the_table_prints_an_exact_wilcoxon_p_without_rounding_it_below_its_floor(qc):
+    """Five seeds all ahead: p = 2 / 32 = 0.0625, the smallest 5 seeds allow; three decimals
+    would print 0.062, under the floor the table's footnote states."""
+    st = seed_difference([20.1, 20.3, 19.9, 20.6, 20.2], [19.0, 19.5, 19.2, 19.1, 19.8])
+    assert st["p_wilcoxon"] == pytest.approx(0.0625)
+    assert qc._p_wilcoxon(st) == "0.0625 †"
+
+
 @pytest.mark.parametrize("diffs,expected", [([.3, .3, -.3, .5, .6, .7], 8 / 64),
                                             ([1, 1, -1, 2, 2, 3, 3, -4], 70 / 256)])
 def test_wilcoxon_with_tied_differences_is_exact(diffs, expected):
@@ -515,7 +523,7 @@ def test_end_to_end_seed_statistics_and_curves(qc, study):
     md = (out / "quality.md").read_text()
     assert "| p t | p W | seeds + / - | p bootstrap per seed |" in md
     row = next(line for line in md.splitlines() if line.startswith("| 01-good | 00-transformer |"))
-    assert "0.250 †" in row and "| 3 / 0 |" in row
+    assert "| 0.25 † |" in row and "| 3 / 0 |" in row
     assert "cannot reach p < 0.05" in md
     assert "## Learning curves" in md and "| config | baseline | 20 | 40 | 50 | 60 |" in md
     assert "| Δ 01-good | 00-transformer |" in md and "`curves.png`" in md
