@@ -304,6 +304,21 @@ def test_iida_epochs_trained_but_never_saved_are_warned_about(tmp_path, capsys):
     assert "exists only if --max-update 500 comes first" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("extra, warned", [
+    (["--patience", "10"], "--patience 10: fairseq does not save the early-stopping count"),
+    (["--patience", "-1"], None),
+    (["--stop-time-hours", "0.5"], "--stop-time-hours 0.5: starting this command again"),
+    (["--stop-time-hours", "0"], None),
+])
+def test_stops_a_relaunch_would_not_see_as_finished_are_warned_about(tmp_path, capsys, extra, warned):
+    from fairseq_ctx.reproduce import train
+
+    train.main(["iida2019/lstm.args", "cpu", "--data", str(tmp_path), "--save-dir", str(tmp_path / "ck"),
+                "--dry-run", "--", *extra])
+    err = capsys.readouterr().err
+    assert (warned in err) if warned else (extra[0] not in err)
+
+
 def test_the_disk_estimate_counts_every_checkpoint_fairseq_keeps():
     def cell(*words):
         return types.SimpleNamespace(train_cmd=["fairseq-train", "--optimizer", "adam", *words])

@@ -385,10 +385,31 @@ def checkpoint_conflict(words, settings=None):
     return None
 
 
+# stops that fairseq-train does not see as finished when started again on the checkpoints
+# they left (fairseq_cli/train.py: should_stop_early keeps its count in function attributes,
+# not in the checkpoint; the time limit is checked only after an update)
+_STOPS_THAT_A_RELAUNCH_FORGETS = (
+    ("--patience", "fairseq does not save the early-stopping count, so starting this command again on a "
+                   "training that stopped early counts its validations afresh and trains on (relaunch only a "
+                   "training that did not finish)"),
+    ("--stop-time-hours", "starting this command again on a training that stopped at the time limit takes one "
+                          "more update and overwrites checkpoint_last.pt (relaunch only a training that did not "
+                          "finish)"),
+)
+
+
+def _positive(value):
+    try:
+        return value is not None and float(value) > 0
+    except ValueError:
+        return False  # fairseq's parser names it
+
+
 def checkpoint_warnings(words, settings=None):
     """What in a fairseq-train command keeps the evaluation's checkpoints but may not be what
     was meant; each a line to print before training."""
-    out = []
+    out = [f"{option} {option_value(words, option)}: {what}" for option, what in _STOPS_THAT_A_RELAUNCH_FORGETS
+           if _positive(option_value(words, option))]
     if settings is None:
         return out
     interval, max_update = option_int(words, "--save-interval-updates", 0), option_int(words, "--max-update", 0)
