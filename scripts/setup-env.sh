@@ -47,7 +47,7 @@ CHECK=(scripts/setup_env_check.py)
 start=$(date +%s)
 [ -f "$CONSTRAINTS" ] || { echo "setup-env: CONSTRAINTS=$CONSTRAINTS is not a file" >&2; exit 2; }
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-VPY="$VENV/bin/python"
+VPY="$(cd "$VENV" && pwd)/bin/python"  # absolute: the installed-package check runs from /
 PIP=("$VPY" -m pip)
 check() { "$VPY" "${CHECK[@]}" "$@"; }
 export PIP_DISABLE_PIP_VERSION_CHECK=1

@@ -215,12 +215,13 @@ class FakeVenv:
         os.remove(self.log)
         return calls
 
-    def setup(self, ok=True, **knobs):
+    def setup(self, ok=True, script=SCRIPT, **knobs):
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("PIP_") and k not in ("TORCH_SPEC", "TORCH_INDEX_URL", "FORCE_TORCH",
                                                            "SKIP_TORCH", "WHEELHOUSE", "CONSTRAINTS", "PYTHONPATH")}
-        env.update(VENV=self.path, FAKE_PIP_LOG=self.log, FAIRSEQ_CTX_NO_MODELS="1", **knobs)
-        proc = subprocess.run(["bash", SCRIPT], capture_output=True, text=True, env=env, timeout=60)
+        env.update(VENV=self.path, FAKE_PIP_LOG=self.log, FAIRSEQ_CTX_NO_MODELS="1")
+        env.update(knobs)
+        proc = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=60)
         if ok:
             assert proc.returncode == 0, f"setup-env failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
         return proc
@@ -287,6 +288,27 @@ def test_second_setup_is_a_no_op_and_a_torch_change_rebuilds_fairseq(fake):
     assert len(fairseq_installs(fake.calls())) == 1
     fake.setup()
     assert fake.calls() == []
+
+
+def test_a_second_setup_with_a_relative_venv_path_is_a_no_op(tmp_path):
+    """VENV as the Makefile gives it (.venv, relative to the checkout): the check that the
+    package is still installed runs from / and must still find the venv's python (it did not:
+    every `make` after the first installed the package again)."""
+    checkout = tmp_path / "checkout"
+    for name in ("scripts/setup-env.sh", "scripts/setup_env_check.py", "requirements/constraints-cpu.txt",
+                 "requirements/tools.txt", "setup.py", "pyproject.toml"):
+        os.makedirs(checkout / os.path.dirname(name), exist_ok=True)
+        shutil.copy(os.path.join(ROOT, name), checkout / name)
+    (checkout / "fairseq_ctx").mkdir()
+    (checkout / "fairseq_ctx" / "__init__.py").write_text("")  # what the script's last import needs
+    fake = FakeVenv(checkout / ".venv", tmp_path / "pip.log")
+    fake.put_torch("2.99.0+cu124", "12.4")
+    script = str(checkout / "scripts" / "setup-env.sh")
+    fake.setup(script=script, VENV=".venv")
+    fake.calls()
+    proc = fake.setup(script=script, VENV=".venv")
+    assert "no longer installed" not in proc.stderr
+    assert fake.calls() == [] and proc.stdout == ""
 
 
 def test_a_removed_package_is_installed_again_without_rebuilding_fairseq(fake):
