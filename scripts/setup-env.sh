@@ -33,6 +33,7 @@
 # Without TORCH_SPEC, a venv with no torch gets the CPU build of the constraints' pin
 # (torch==2.13.0+cpu) where the index offers one, else the plain pin (torch==2.13.0).
 set -euo pipefail
+unset CDPATH  # a cd into a relative path must not land elsewhere (and print it)
 cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import fairseq_ctx.models  # noqa: F401  (registers the architectures)
+from fairseq import options
 from fairseq.tasks.translation import TranslationTask
 from fairseq_ctx.reproduce import train as train_mod
 from tests.model_checks import make_dictionary, parse_train_args
@@ -238,6 +239,42 @@ STOCK_OF = {"transformer_context_aware": "transformer", "transformer_cross_agg":
             "transformer_sentential_big": "transformer_vaswani_wmt_en_de_big"}
 
 
+OUR_FAMILIES = ("transformer_context_aware", "transformer_cross_agg", "transformer_sentential", "lstm_multihop")
+# the options our four architectures add (what fairseq's stock parser must not know)
+MECHANISM_OPTIONS = {
+    "--encoder-context", "--decoder-context", "--context-apply", "--no-context-gate", "--context-init",
+    "--routing-side", "--routing-vertical", "--no-routing-vertical", "--routing-horizontal", "--no-routing-horizontal",
+    "--routing-init", "--routing-iters", "--routing-ramp-updates", "--routing-stop-gradient",
+    "--sentential-global", "--sentential-deep", "--sentential-g0",
+    "--attention-heads", "--attention-hops", "--hop-mode", "--hop-learned-score-vector",
+}
+# decided by the hardware SETTING, which fairseq-ctx-train / -reproduce put after the config
+SETTING_KEYS = {"max_tokens", "max_tokens_valid", "update_freq", "batch_size", "batch_size_valid", "fp16", "bf16",
+                "distributed_world_size"}
+# the baseline each paper's architecture rows are compared with, by stock arch
+PAPER_BASELINES = {
+    "yang2019": {"transformer": "transformer_base.args", "transformer_vaswani_wmt_en_de_big": "transformer_big.args"},
+    "wang2019": {"transformer": "transformer_base.args", "transformer_vaswani_wmt_en_de_big": "transformer_big.args"},
+    "cao": {"transformer": "transformer_base.args"},
+    "iida2019": {"lstm": "lstm.args"},
+    "demo": {"transformer": "00-transformer.args", "lstm": "05-lstm.args"},
+    "init_study": {"transformer": "00-transformer.args"},
+}
+
+
+def parse_with_leftovers(argv):
+    parser = options.get_training_parser()
+    full = ["unused-data-dir", "--user-dir", USER_DIR, "--task", "translation", "--source-lang", "src",
+            "--target-lang", "tgt", *argv]
+    return options.parse_args_and_arch(parser, full, parse_known=True)
+
+
+def namespace_differences(arch_args, stock_args, ignore=()):
+    a, b = vars(arch_args), vars(stock_args)
+    return {k: (a[k], b[k]) for k in a.keys() & b.keys()
+            if k not in ("arch", "_name", *ignore) and a[k] != b[k]}
+
+
 def shipped_configs():
     """(relative path, model options) of every config that trains one of our architectures:
     the paper's train.args (shared embeddings etc.) + the row's own options."""
@@ -247,8 +284,11 @@ def shipped_configs():
             if not name.endswith(".args") or name == "train.args":
                 continue
             words = train_mod.model_args(os.path.join(CONFIGS, paper, name))
-            if train_mod.option_value(words, "--arch") in STOCK_OF:
+            arch = train_mod.option_value(words, "--arch")
+            if arch in STOCK_OF:
                 found.append((f"{paper}/{name}", words))
+            else:  # a stock baseline; a new arch of ours must be added to STOCK_OF, not skipped
+                assert not arch.startswith(OUR_FAMILIES), f"{paper}/{name}: --arch {arch} is missing from STOCK_OF"
     return found
 
 
@@ -271,18 +311,39 @@ def test_every_shipped_config_starts_from_its_stock_models_weights(path, words):
     stock_argv = [*words, "--arch", STOCK_OF[arch], *dims]
     if arch == "lstm_multihop":
         stock_argv += ["--decoder-attention", "1"]
-    stock_args = parse_train_args(stock_argv, parse_known=True)
+    stock_args, left_out = parse_with_leftovers(stock_argv)
     assert stock_args.arch == STOCK_OF[arch]
+    # what the stock parser left out is the mechanism's options and nothing else, and every
+    # option both models have is set alike (the *_big archs' dropout included)
+    unknown = {w.split("=")[0] for w in left_out if w.startswith("--")}
+    assert unknown <= MECHANISM_OPTIONS, f"{path}: options the stock parser does not know: {unknown - MECHANISM_OPTIONS}"
+    assert not namespace_differences(parse_train_args(arch_argv), stock_args), path
     stock_state, stock_rng = build(stock_argv, 5, parse_known=True)
     arch_state, arch_rng = build(arch_argv, 5)
     shared, identical, missing = compare(stock_state, arch_state)
-    heads_of_config = int(train_mod.option_value(words, "--attention-heads") or 1)
-    allowed_missing = MULTIHOP_RESHAPED if arch == "lstm_multihop" and heads_of_config > 1 else set()
+    allowed_missing = MULTIHOP_RESHAPED if arch == "lstm_multihop" and heads(words) > 1 else set()
     assert set(missing) <= allowed_missing, f"{path}: stock tensors the model lacks or reshapes: {missing}"
     assert len(shared) > 10
     differing = [k for k in shared if k not in identical]
     assert not differing, f"{path}: first shared tensors that differ from stock {STOCK_OF[arch]}: {differing[:5]}"
     assert torch.equal(stock_rng, arch_rng), f"{path}: global RNG state after the build differs from stock"
+
+
+@pytest.mark.parametrize("path,words", SHIPPED, ids=[path for path, _ in SHIPPED])
+def test_every_shipped_config_has_its_papers_baseline_model_apart_from_the_mechanism(path, words):
+    """At the config's real dims (parsing only): every option the row shares with its paper's
+    baseline file (transformer_base / _big, lstm.args, the demo's 00 / 05) is set alike, so a
+    table compares the mechanism and nothing else (e.g. lstm_multihop's arch defaults differ
+    from lstm's: the Iida baseline must spell the same dims out)."""
+    paper = path.split("/")[0]
+    arch = train_mod.option_value(words, "--arch")
+    baseline_file = os.path.join(CONFIGS, paper, PAPER_BASELINES[paper][STOCK_OF[arch]])
+    baseline = train_mod.model_args(baseline_file)
+    assert train_mod.option_value(baseline, "--arch") == STOCK_OF[arch]
+    if arch == "lstm_multihop":
+        baseline += ["--decoder-attention", "1"]
+    differences = namespace_differences(parse_train_args(words), parse_train_args(baseline), ignore=SETTING_KEYS)
+    assert not differences, f"{path} vs {os.path.basename(baseline_file)}: {differences}"
 
 
 def test_additions_do_not_depend_on_the_other_side():

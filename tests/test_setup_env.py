@@ -304,9 +304,11 @@ def test_a_second_setup_with_a_relative_venv_path_is_a_no_op(tmp_path):
     fake = FakeVenv(checkout / ".venv", tmp_path / "pip.log")
     fake.put_torch("2.99.0+cu124", "12.4")
     script = str(checkout / "scripts" / "setup-env.sh")
-    fake.setup(script=script, VENV=".venv")
+    decoy = tmp_path / "elsewhere"  # an exported CDPATH must not send `cd .venv` there
+    (decoy / ".venv" / "bin").mkdir(parents=True)
+    fake.setup(script=script, VENV=".venv", CDPATH=str(decoy))
     fake.calls()
-    proc = fake.setup(script=script, VENV=".venv")
+    proc = fake.setup(script=script, VENV=".venv", CDPATH=str(decoy))
     assert "no longer installed" not in proc.stderr
     assert fake.calls() == [] and proc.stdout == ""
 

@@ -393,8 +393,8 @@ _STOPS_THAT_A_RELAUNCH_FORGETS = (
                    "training that stopped early counts its validations afresh and trains on (relaunch only a "
                    "training that did not finish)"),
     ("--stop-time-hours", "starting this command again on a training that stopped at the time limit takes one "
-                          "more update and overwrites checkpoint_last.pt (relaunch only a training that did not "
-                          "finish)"),
+                          "more update and overwrites checkpoint_last.pt (and checkpoint_best.pt if that update "
+                          "validates better; relaunch only a training that did not finish)"),
 )
 
 
