@@ -7,7 +7,8 @@ tests/test_<family>_equations_end_to_end.py, restore the files (always, in a
 ``finally``), and print CAUGHT (an equation assertion failed), CRASHED (the mutated code
 only raised: not evidence that the tests check the equation) or MISSED. Run it on a clean
 checkout: it rewrites fairseq_ctx/ files while a mutation's tests run. Not a pytest
-module (it starts a pytest process per mutation, a few seconds each).
+module (it starts a pytest process per mutation, a few seconds each);
+tests/test_equation_mutations_are_caught.py runs it on a copy of the checkout in CI.
 """
 import os
 import subprocess
