@@ -25,15 +25,20 @@ def make_dictionary(size):
     return dictionary
 
 
-def parse_train_args(arch_args, data="unused-data-dir", parse_known=False):
-    """Parse arguments exactly as fairseq-train does (arch defaults applied).
-    ``parse_known``: leave out options the chosen arch's parser does not know."""
-    parser = options.get_training_parser()
-    argv = [data, "--user-dir", USER_DIR, "--task", "translation",
+def _train_argv(arch_args, data):
+    return [data, "--user-dir", USER_DIR, "--task", "translation",
             "--source-lang", "src", "--target-lang", "tgt", *arch_args]
-    if parse_known:
-        return options.parse_args_and_arch(parser, argv, parse_known=True)[0]
-    return options.parse_args_and_arch(parser, argv)
+
+
+def parse_train_args(arch_args, data="unused-data-dir"):
+    """Parse arguments exactly as fairseq-train does (arch defaults applied)."""
+    return options.parse_args_and_arch(options.get_training_parser(), _train_argv(arch_args, data))
+
+
+def parse_known_train_args(arch_args, data="unused-data-dir"):
+    """As parse_train_args, leaving out what the chosen arch's parser does not know:
+    returns (args, the words left out)."""
+    return options.parse_args_and_arch(options.get_training_parser(), _train_argv(arch_args, data), parse_known=True)
 
 
 def build_model(arch_args, vocab_size=40, seed=0):

@@ -18,10 +18,9 @@ import pytest
 import torch
 
 import fairseq_ctx.models  # noqa: F401  (registers the architectures)
-from fairseq import options
 from fairseq.tasks.translation import TranslationTask
 from fairseq_ctx.reproduce import train as train_mod
-from tests.model_checks import make_dictionary, parse_train_args
+from tests.model_checks import make_dictionary, parse_known_train_args, parse_train_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(ROOT, "fairseq_ctx")
@@ -146,8 +145,9 @@ def arch_options(arch, options):
 
 def build(argv, seed, parse_known=False):
     """fairseq-train's order: parse, seed (utils.set_torch_seed = torch.manual_seed on
-    CPU), set up the task, build the model. Returns (state dict, global RNG state after)."""
-    args = parse_train_args(argv, parse_known=parse_known)
+    CPU), set up the task, build the model. Returns (state dict, global RNG state after).
+    ``parse_known``: the stock side of a config, whose mechanism options fairseq's parser drops."""
+    args = parse_known_train_args(argv)[0] if parse_known else parse_train_args(argv)
     torch.manual_seed(seed)
     task = TranslationTask(args, make_dictionary(VOCAB), make_dictionary(VOCAB))
     model = task.build_model(args)
@@ -262,13 +262,6 @@ PAPER_BASELINES = {
 }
 
 
-def parse_with_leftovers(argv):
-    parser = options.get_training_parser()
-    full = ["unused-data-dir", "--user-dir", USER_DIR, "--task", "translation", "--source-lang", "src",
-            "--target-lang", "tgt", *argv]
-    return options.parse_args_and_arch(parser, full, parse_known=True)
-
-
 def namespace_differences(arch_args, stock_args, ignore=()):
     a, b = vars(arch_args), vars(stock_args)
     return {k: (a[k], b[k]) for k in a.keys() & b.keys()
@@ -311,7 +304,7 @@ def test_every_shipped_config_starts_from_its_stock_models_weights(path, words):
     stock_argv = [*words, "--arch", STOCK_OF[arch], *dims]
     if arch == "lstm_multihop":
         stock_argv += ["--decoder-attention", "1"]
-    stock_args, left_out = parse_with_leftovers(stock_argv)
+    stock_args, left_out = parse_known_train_args(stock_argv)
     assert stock_args.arch == STOCK_OF[arch]
     # what the stock parser left out is the mechanism's options and nothing else, and every
     # option both models have is set alike (the *_big archs' dropout included)
