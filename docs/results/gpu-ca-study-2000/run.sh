@@ -1,0 +1,80 @@
+#!/bin/bash
+# One GPU call (2026-11-26): offline install over the image's torch, then the context-aware
+# (gate_half) vs transformer study at 2,000 updates x 5 seeds, then, with the time left, the
+# GPU speed rows. Everything it reports goes to $OUT (at most 8 files).
+# Knobs for a CPU dry run: PY, SKIP_WHEELS=1, DEADLINE (s), STUDY (extra quality-compare args).
+set -u
+T0=$(date +%s)
+DEADLINE=${DEADLINE:-560}
+PY=${PY:-python3}
+OUT=${OUT:?}
+REPO=$PWD
+W=${W:-/tmp/gw}
+export PYTHONUNBUFFERED=1
+rm -rf "$W"; mkdir -p "$W/src"
+elapsed() { echo $(( $(date +%s) - T0 )); }
+log() { echo "[$(date -u +%H:%M:%S) +$(elapsed)s] $*" | tee -a "$OUT/setup.log"; }
+
+log "start"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$OUT/setup.log" 2>&1
+echo "cpus $(nproc)" >>"$OUT/setup.log"
+if [ -z "${SKIP_WHEELS:-}" ]; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$W/site" \
+        .gpu/whl/*.whl >>"$OUT/setup.log" 2>&1 || { log "wheel install failed"; exit 1; }
+fi
+tar xzf .gpu/sdist/fairseq_fixed-0.12.3.1.tar.gz -C "$W" || { log "untar failed"; exit 1; }
+FS=$W/fairseq_fixed-0.12.3.1
+(cd "$FS" && env -u CUDA_HOME "$PY" "$REPO/.gpu/build_fairseq_ext.py" >"$W/build.log" 2>&1) \
+    || { tail -40 "$W/build.log" >>"$OUT/setup.log"; log "fairseq extension build failed"; exit 1; }
+log "fairseq extensions built"
+cp -r fairseq_ctx "$W/src/" && cp -r work/demo/data "$W/data" || { log "copy failed"; exit 1; }
+export PYTHONPATH=$W/src:$FS:$W/site
+"$PY" - >>"$OUT/setup.log" 2>&1 <<'EOF' || { log "import check failed"; exit 1; }
+import sys, torch, fairseq, sacrebleu, fairseq_ctx, hydra, omegaconf
+from fairseq import libbleu
+from fairseq.data import data_utils_fast, token_block_utils_fast
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+      "fairseq", fairseq.__version__, fairseq.__file__, "sacrebleu", sacrebleu.__version__,
+      "fairseq_ctx", fairseq_ctx.__file__)
+EOF
+log "setup done"
+
+C=$W/src/fairseq_ctx/configs
+S=$W/study
+mkdir -p "$S"
+# shellcheck disable=SC2086
+setsid "$PY" -m fairseq_ctx.quality_compare --data-dir "$W/data" --config-dir "$C/init_study" \
+    --common "$C/demo/train.common" --configs '00-*' '02-*' --seeds 1 2 3 4 5 --updates 2000 \
+    --curve-updates 1200 --valid-bleu --threads 1 --jobs 10 --out-dir "$S" \
+    --json "$S/quality.json" --markdown "$S/table.md" --curve-png "$S/curves.png" ${STUDY:-} \
+    >"$OUT/study.log" 2>&1 </dev/null &
+pid=$!
+while kill -0 "$pid" 2>/dev/null; do
+    if [ "$(elapsed)" -ge "$DEADLINE" ]; then
+        log "deadline: stopping the study"
+        kill -- -"$pid" 2>/dev/null; sleep 3; kill -9 -- -"$pid" 2>/dev/null
+        break
+    fi
+    sleep 5
+done
+wait "$pid" 2>/dev/null; log "study rc $?"
+cp "$S/quality.json" "$S/table.md" "$S/curves.png" "$OUT/" 2>/dev/null
+# per-run records (no checkpoints): train logs, scores, translations
+(cd "$S" && tar czf "$OUT/runs.tar.gz" --exclude='checkpoints' --exclude='*.pt' runs data.json 2>/dev/null)
+
+left=$(( DEADLINE - $(elapsed) ))
+if [ -z "${NO_BENCH:-}" ] && [ "$left" -ge 120 ]; then
+    log "benchmark with ${left}s left"
+    timeout "$left" "$PY" scripts/benchmark.py --baseline "transformer=--arch transformer" \
+        --baseline "lstm=--arch lstm" \
+        --system "ctx_dg+d=--arch transformer_context_aware --encoder-context deep_global+deep --decoder-context none --context-apply both" \
+        --system "multihop_2x2@lstm=--arch lstm_multihop --attention-heads 2 --attention-hops 2 --hop-mode dependent" \
+        --system "cross_agg=--arch transformer_cross_agg --routing-side encoder --routing-vertical --routing-horizontal --routing-init zero --routing-iters 3" \
+        --system "sent_deep_rnn=--arch transformer_sentential --sentential-global attention --sentential-deep rnn" \
+        --system "transformer_AA=--arch transformer" \
+        --dims base --src-lens 20 50 100 --device cuda --dtype bf16 --steps 20 --warmup 5 \
+        --json "$OUT/bench.json" --markdown "$OUT/bench.md" >"$W/bench.log" 2>&1
+    log "benchmark rc $?"; tail -5 "$W/bench.log" >>"$OUT/setup.log"
+fi
+log "end"
