@@ -195,6 +195,25 @@ def test_gate_bias_with_zero_gate_vectors_starts_every_gate_at_sigmoid_of_it():
         torch.testing.assert_close(got, (1 - s) * plain + s * (C @ U))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gate_bias_is_applied_in_low_precision(dtype):
+    """In a half / bf16 model the gate logit is still widened to fp32 with the bias in it: with
+    V = 0 and b0 = -4 every gate is sigmoid(-4) computed in fp32 (-4 is exact in both)."""
+    module = ContextualQueryKey(D, 2, 3, init="gate_half", gate_bias=-4.0).to(dtype)
+    q, k, global_ctx, deep_ctx = (t.to(dtype) for t in _contexts())
+    _, _, gates = module(q, k, global_ctx, deep_ctx)
+    assert gates.dtype == torch.float32
+    assert torch.equal(gates, torch.full_like(gates, 1 / (1 + math.exp(4))))
+
+
+def test_a_zero_gate_bias_is_a_parameter_too():
+    """b0 = 0 is a bias that starts at 0, not 'no bias' (a falsy value must not drop it)."""
+    module = ContextualQueryKey(D, 2, 3, init="gate_half", gate_bias=0.0)
+    assert isinstance(module.gate_bias, torch.nn.Parameter) and torch.equal(module.gate_bias, torch.zeros(2))
+    with pytest.raises(ValueError, match="gated=False"):
+        ContextualQueryKey(D, 2, 3, gated=False, gate_bias=0.0)
+
+
 @pytest.mark.parametrize("apply_to", ["both", "query", "key"])
 def test_gate_bias_matches_eq5_eq6_reference_with_the_bias(apply_to):
     """Random U, V (glorot) and a different bias per gate: lambda = sigmoid(Q V^H + C U V^C + b)."""

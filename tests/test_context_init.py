@@ -176,6 +176,12 @@ def test_gate_bias_reaches_every_contextualised_layer_on_both_sides():
                for m in _contextualizers(model).values())
 
 
+def test_a_zero_gate_bias_reaches_the_model():
+    model, _ = build_model(_options("gate_half", "--context-gate-bias", "0"))
+    biases = [m.gate_bias for m in _contextualizers(model).values()]
+    assert biases and all(isinstance(b, torch.nn.Parameter) and torch.equal(b, torch.zeros(2)) for b in biases)
+
+
 def test_gate_bias_arm_starts_every_gate_at_sigmoid_of_the_bias():
     """init_study config 12's start (V = 0, b = -4) through the model: every lambda_Q / lambda_K
     of every contextualised layer, at every real token, is sigmoid(-4) ~ 0.018."""
@@ -199,8 +205,9 @@ def test_gate_bias_arm_starts_every_gate_at_sigmoid_of_the_bias():
 def test_bad_gate_bias_options_are_one_clear_error_at_build_time():
     with pytest.raises(SystemExit):  # argparse: not a float
         parse_train_args(_options("glorot", "--context-gate-bias", "minus4"))
-    with pytest.raises(ValueError, match="--context-gate-bias .*--no-context-gate"):
-        build_model(_options("glorot", "--no-context-gate", "--context-gate-bias", "-4"))
+    for value in ("-4", "0"):  # 0 is a bias too
+        with pytest.raises(ValueError, match="--context-gate-bias .*--no-context-gate"):
+            build_model(_options("glorot", "--no-context-gate", "--context-gate-bias", value))
     for value in ("nan", "inf", "-inf"):  # (argparse reads "-inf" as an option name unless after "=")
         with pytest.raises(ValueError, match=f"--context-gate-bias must be finite, got {value}"):
             build_model(_options("gate_half", f"--context-gate-bias={value}"))

@@ -357,7 +357,8 @@ class ContextAwareTransformerModel(TransformerModel):
                             help='not in the paper (a diagnostic arm of the initialisation study): '
                                  'initial value of a learned bias inside the sigmoid of Eq. 6, one per '
                                  'gate and layer; e.g. -4 with --context-init gate_half starts every gate '
-                                 'at sigmoid(-4) ~ 0.018, close to the stock attention. Default: no bias')
+                                 'at sigmoid(-4) ~ 0.018, close to the stock attention (write exponents and -inf '
+                                 'with "=": --context-gate-bias=-1e-3). Default: no bias')
         # fmt: on
 
     @classmethod
