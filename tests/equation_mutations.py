@@ -17,6 +17,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SENTENTIAL = "fairseq_ctx/models/transformer_sentential.py"
 CONTEXT_AWARE = "fairseq_ctx/models/transformer_context_aware.py"
+CONTEXT_AWARE_MODULE = "fairseq_ctx/modules/context_aware_attention.py"
 CROSS_AGG = "fairseq_ctx/models/transformer_cross_agg.py"
 MULTIHOP_MODULE = "fairseq_ctx/modules/multihop_attention.py"
 MULTIHOP_MODEL = "fairseq_ctx/models/lstm_multihop.py"
@@ -113,6 +114,13 @@ MUTATIONS = {
                 [
                     (CONTEXT_AWARE, 'global_context, deep_context = self._gather_context(query, key_padding_mask, saved_state)',
                      'global_context, deep_context = self._gather_context(self.v_proj(query), key_padding_mask, saved_state)'),
+                ],
+            ),
+            (
+                '(6) the gate bias (--context-gate-bias, not in the paper) dropped from the logit of Eq. 6',
+                [
+                    (CONTEXT_AWARE_MODULE, 'logit = logit + self.gate_bias[index : index + 1].to(logit.dtype)  # not in the paper',
+                     'logit = logit'),
                 ],
             ),
         ],

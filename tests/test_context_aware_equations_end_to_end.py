@@ -16,7 +16,9 @@ global c^l = mean of H^l over the real tokens (Eq. 8; on the decoder side the me
 the positions <= i, footnote 2), deep C = [H^1, ..., H^{l-1}] (Eq. 9; none in layer 1),
 deep-global c = [c^1, ..., c^l] (Eq. 10), deep-global + deep = both, each with its own
 U, summed under one gate (design notes). Train mode (dropout 0) and eval mode; a
-left-padded source batch and a right-padded target batch.
+left-padded source batch and a right-padded target batch. One case adds the gate bias
+(--context-gate-bias, NOT in the paper: a diagnostic start of the initialisation study),
+l_Q = sigmoid(Q V^H_Q + (C U_Q) V^C_Q + b_Q), one learned scalar per gate and layer.
 
 Mutations of the glue this test was checked against (each introduced by hand in
 fairseq_ctx/models/transformer_context_aware.py, the test run, the change reverted):
@@ -26,6 +28,7 @@ fairseq_ctx/models/transformer_context_aware.py, the test run, the change revert
   (3) global context averaged over padding too                              -> caught
   (4) decoder global context over the whole target (not the prefix <= i)    -> caught
   (5) contexts built from V = H^l W_V instead of H^l                        -> caught
+  (6) the gate bias dropped from the logit of Eq. 6 (module)                -> caught
 tests/equation_mutations.py re-runs them.
 """
 import pytest
@@ -54,9 +57,10 @@ def prefix_mean(h, padding_mask):
     return torch.cumsum(h * keep, dim=0) / torch.cumsum(keep, dim=0).clamp(min=1.0)
 
 
-def context_hook(p, stack, context_type, apply_to, gated, causal):
+def context_hook(p, stack, context_type, apply_to, gated, causal, gate_bias=False):
     """The self_attention_hook of one stack: Eq. 5-10 for its layers, called for
-    layers 1..L in order with each layer's self-attention input H^l."""
+    layers 1..L in order with each layer's self-attention input H^l. ``gate_bias``: the
+    gates have the (non-paper) bias b inside Eq. 6's sigmoid."""
     inputs, global_contexts = [], []
     targets = ("query", "key") if apply_to == "both" else (apply_to,)
 
@@ -87,10 +91,13 @@ def context_hook(p, stack, context_type, apply_to, gated, causal):
                 cu = sum(R.linear(context, p[pre + name + ".weight"][rows]) for name, context in parts)
                 x = projected[target]
                 if gated:
-                    gate = R.sigmoid(  # Eq. 6: one scalar per position
+                    logit = (  # Eq. 6: one scalar per position
                         R.linear(x, p[pre + "gate_input"][index : index + 1])
                         + R.linear(cu, p[pre + "gate_context"][index : index + 1])
                     )
+                    if gate_bias:  # not in the paper: + b, this gate's own scalar
+                        logit = logit + p[pre + "gate_bias"][index]
+                    gate = R.sigmoid(logit)
                     projected[target] = (1 - gate) * x + gate * cu  # Eq. 5
                 else:
                     projected[target] = x + cu  # footnote 1 ablation: no gate
@@ -101,38 +108,43 @@ def context_hook(p, stack, context_type, apply_to, gated, causal):
     return hook
 
 
-def reference_logits(p, src_tokens, prev_tokens, encoder_context, decoder_context, apply_to, gated, pre_norm):
+def reference_logits(p, src_tokens, prev_tokens, encoder_context, decoder_context, apply_to, gated, pre_norm,
+                     gate_bias=False):
     encoder = R.transformer_encoder(
         p, src_tokens, PAD, HEADS, pre_norm,
-        self_attention_hook=context_hook(p, "encoder", encoder_context, apply_to, gated, causal=False),
+        self_attention_hook=context_hook(p, "encoder", encoder_context, apply_to, gated, False, gate_bias),
     )  # fmt: skip
     return R.transformer_decoder(
         p, prev_tokens, encoder, PAD, HEADS, pre_norm,
-        self_attention_hook=context_hook(p, "decoder", decoder_context, apply_to, gated, causal=True),
+        self_attention_hook=context_hook(p, "decoder", decoder_context, apply_to, gated, True, gate_bias),
     )  # fmt: skip
 
 
 CASES = [
-    # encoder context, decoder context, apply to, gated, pre-norm
-    ("deep_global+deep", "none", "both", True, False),  # the default arch (Table 1 row 5)
-    ("deep_global+deep", "deep_global+deep", "both", True, False),  # row 8
-    ("global", "global", "query", True, False),  # rows 2 / decoder global; Table 3 query only
-    ("deep", "deep_global", "key", False, False),  # rows 4 / 6; Table 3 key only; no gate
-    ("deep_global", "deep", "both", True, True),  # pre-norm
+    # encoder context, decoder context, apply to, gated, pre-norm, gate bias (not in the paper)
+    ("deep_global+deep", "none", "both", True, False, None),  # the default arch (Table 1 row 5)
+    ("deep_global+deep", "deep_global+deep", "both", True, False, None),  # row 8
+    ("global", "global", "query", True, False, None),  # rows 2 / decoder global; Table 3 query only
+    ("deep", "deep_global", "key", False, False, None),  # rows 4 / 6; Table 3 key only; no gate
+    ("deep_global", "deep", "both", True, True, None),  # pre-norm
+    ("deep_global+deep", "deep_global+deep", "both", True, False, "-4"),  # init_study 12's bias, both sides
 ]
 
 
-@pytest.mark.parametrize("encoder_context, decoder_context, apply_to, gated, pre_norm", CASES)
-def test_logits_equal_the_papers_equations(encoder_context, decoder_context, apply_to, gated, pre_norm):
+@pytest.mark.parametrize("encoder_context, decoder_context, apply_to, gated, pre_norm, gate_bias", CASES)
+def test_logits_equal_the_papers_equations(encoder_context, decoder_context, apply_to, gated, pre_norm, gate_bias):
     args = ["--arch", "transformer_context_aware", "--encoder-context", encoder_context,
             "--decoder-context", decoder_context, "--context-apply", apply_to, *TINY,
-            *([] if gated else ["--no-context-gate"]), *(PRE_NORM if pre_norm else [])]  # fmt: skip
+            *([] if gated else ["--no-context-gate"]), *(PRE_NORM if pre_norm else []),
+            *([] if gate_bias is None else ["--context-gate-bias", gate_bias])]  # fmt: skip
     model = build_model(args, vocab_size=40)[0].double()
-    R.randomize_parameters(model, seed=11)
+    R.randomize_parameters(model, seed=11)  # the biases too: a different value per gate and layer
+    p = R.state_params(model)
+    assert (gate_bias is not None) == any(name.endswith(".contextualizer.gate_bias") for name in p)
     src_tokens, src_lengths, prev, _ = random_batch(model, (7, 5, 3), (4, 6, 2))
     assert src_tokens.eq(PAD).any() and prev.eq(PAD).any()
     expected = reference_logits(
-        R.state_params(model), src_tokens, prev, encoder_context, decoder_context, apply_to, gated, pre_norm
+        p, src_tokens, prev, encoder_context, decoder_context, apply_to, gated, pre_norm, gate_bias is not None
     )
     for train in (True, False):
         model.train(train)

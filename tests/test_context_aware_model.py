@@ -141,16 +141,28 @@ def test_padding_incremental_and_reorder_invariance(name):
     assert_reorder_consistent(model)
 
 
-@pytest.mark.parametrize("init", CONTEXT_INITS)
-def test_every_context_init_keeps_padding_incremental_reorder_and_low_precision_behaviour(init):
-    """The starting values change, the mechanism must not: each --context-init on both sides."""
-    model = tiny_model(*context("deep_global+deep", "deep_global+deep"), "--context-init", init)
+# each --context-init, and the gate bias (not in the paper; init_study config 12 and a
+# nonzero bias on random gates)
+STARTS = {init: ["--context-init", init] for init in CONTEXT_INITS}
+STARTS["gate_half+gate_bias"] = ["--context-init", "gate_half", "--context-gate-bias", "-4"]
+STARTS["glorot+gate_bias"] = ["--context-init", "glorot", "--context-gate-bias", "0.75"]
+
+
+@pytest.mark.parametrize("start", list(STARTS))
+def test_every_context_init_keeps_padding_incremental_reorder_and_low_precision_behaviour(start):
+    """The starting values change, the mechanism must not: each start on both sides."""
+    options = [*context("deep_global+deep", "deep_global+deep"), *STARTS[start]]
+    model = tiny_model(*options)
+    bias = float(STARTS[start][-1]) if "--context-gate-bias" in STARTS[start] else None
+    biases = [layer.self_attn.contextualizer.gate_bias for side in (model.encoder, model.decoder)
+              for layer in side.layers]
+    assert len(biases) == 6 and all(b is None if bias is None else torch.equal(b, torch.full((2,), bias))
+                                    for b in biases)
     assert_padding_invariant(model)
     assert_incremental_matches_full(model)
     assert_reorder_consistent(model)
     for dtype in (torch.bfloat16, torch.float16):
-        assert_finite_low_precision(tiny_model(*context("deep_global+deep", "deep_global+deep"),
-                                               "--context-init", init), dtype)
+        assert_finite_low_precision(tiny_model(*options), dtype)
 
 
 @pytest.mark.parametrize("name", ["both-ungated", "encoder-deep_global+deep", "decoder-deep_global+deep"])

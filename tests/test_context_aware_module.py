@@ -4,10 +4,13 @@ The reference computations are written straight from Eq. 5-10 of Yang et al. (20
 position by position, with separate U_Q / U_K / V matrices sliced out of the module's
 fused parameters.
 """
+import math
+
 import pytest
 import torch
 
 from fairseq_ctx.modules.context_aware_attention import (
+    CONTEXT_INITS,
     ContextualQueryKey,
     GateStatistics,
     context_units,
@@ -18,11 +21,12 @@ from fairseq_ctx.modules.context_aware_attention import (
 D = 6
 
 
-def reference_contextualise(plain, context_matrix, U, v_input, v_context, gated=True):
+def reference_contextualise(plain, context_matrix, U, v_input, v_context, gated=True, bias=0.0):
     """Eq. 5-6 for one target (Q or K), one position at a time.
 
     plain: T x B x d (Q or K); context_matrix: T x B x d_c (C, already broadcast);
-    U: d_c x d; v_input, v_context: d.
+    U: d_c x d; v_input, v_context: d; bias: the gate bias b inside the sigmoid (not in
+    the paper; 0 is Eq. 6 as written).
     """
     out = torch.empty_like(plain)
     gates = torch.empty(plain.shape[:2])
@@ -33,7 +37,7 @@ def reference_contextualise(plain, context_matrix, U, v_input, v_context, gated=
             if not gated:
                 out[t, b] = q + cu
                 continue
-            lam = torch.sigmoid(q @ v_input + cu @ v_context)  # Eq. 6, one scalar
+            lam = torch.sigmoid(q @ v_input + cu @ v_context + bias)  # Eq. 6, one scalar
             gates[t, b] = lam
             out[t, b] = (1 - lam) * q + lam * cu  # Eq. 5
     return out, gates
@@ -165,3 +169,122 @@ def test_gate_statistics_average_non_padding_positions_only():
     stats.update(gates, torch.tensor([[False, False, True]]))
     assert stats.count == 2
     assert stats.means() == pytest.approx({"lambda_q": 0.4, "lambda_k": 0.6})
+
+
+# -- the gate bias (not in the paper; a diagnostic start of the initialisation study) ------
+
+
+def _contexts(T=5, B=3, g=2, u=3, dtype=torch.float64, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    rand = lambda *shape: torch.randn(*shape, generator=generator, dtype=dtype)  # noqa: E731
+    return rand(T, B, D), rand(T, B, D), rand(1, B, g * D), rand(T, B, u * D)
+
+
+def test_gate_bias_with_zero_gate_vectors_starts_every_gate_at_sigmoid_of_it():
+    """V = 0 (gate_half) and b0 = -4: lambda = sigmoid(0 + 0 + -4) at every position and for
+    both targets, so Q^ = (1 - s) Q + s C U with s = 1 / (1 + e^4) ~ 0.018."""
+    module = ContextualQueryKey(D, 2, 3, init="gate_half", gate_bias=-4.0)
+    q, k, global_ctx, deep_ctx = (t.float() for t in _contexts())
+    q_hat, k_hat, gates = module(q, k, global_ctx, deep_ctx)
+    assert torch.equal(gates, torch.full_like(gates, torch.sigmoid(torch.tensor(-4.0)).item()))
+    assert gates.flatten()[0].item() == pytest.approx(1 / (1 + math.exp(4)), rel=1e-6)
+    s = 1 / (1 + math.exp(4))
+    C = torch.cat([global_ctx.expand(5, 3, -1), deep_ctx], dim=-1)
+    for i, (plain, got) in enumerate(((q, q_hat), (k, k_hat))):
+        U = torch.cat([fused_block(module.global_proj.weight, i), fused_block(module.deep_proj.weight, i)], dim=0)
+        torch.testing.assert_close(got, (1 - s) * plain + s * (C @ U))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gate_bias_is_applied_in_low_precision(dtype):
+    """In a half / bf16 model the gate logit is still widened to fp32 with the bias in it: with
+    V = 0 and b0 = -4 every gate is sigmoid(-4) computed in fp32 (-4 is exact in both)."""
+    module = ContextualQueryKey(D, 2, 3, init="gate_half", gate_bias=-4.0).to(dtype)
+    q, k, global_ctx, deep_ctx = (t.to(dtype) for t in _contexts())
+    _, _, gates = module(q, k, global_ctx, deep_ctx)
+    assert gates.dtype == torch.float32
+    assert torch.equal(gates, torch.full_like(gates, 1 / (1 + math.exp(4))))
+
+
+def test_a_zero_gate_bias_is_a_parameter_too():
+    """b0 = 0 is a bias that starts at 0, not 'no bias' (a falsy value must not drop it)."""
+    module = ContextualQueryKey(D, 2, 3, init="gate_half", gate_bias=0.0)
+    assert isinstance(module.gate_bias, torch.nn.Parameter) and torch.equal(module.gate_bias, torch.zeros(2))
+    with pytest.raises(ValueError, match="gated=False"):
+        ContextualQueryKey(D, 2, 3, gated=False, gate_bias=0.0)
+
+
+@pytest.mark.parametrize("apply_to", ["both", "query", "key"])
+def test_gate_bias_matches_eq5_eq6_reference_with_the_bias(apply_to):
+    """Random U, V (glorot) and a different bias per gate: lambda = sigmoid(Q V^H + C U V^C + b)."""
+    torch.manual_seed(0)
+    module = ContextualQueryKey(D, 2, 3, apply_to=apply_to, gate_bias=0.5).double()
+    with torch.no_grad():  # one value per gate, so a bias read from the other gate shows
+        module.gate_bias.copy_(torch.tensor([0.9, -1.7][: len(module.targets)], dtype=torch.float64))
+    q, k, global_ctx, deep_ctx = _contexts()
+    q_hat, k_hat, gates = module(q, k, global_ctx, deep_ctx)
+    C = torch.cat([global_ctx.expand(5, 3, -1), deep_ctx], dim=-1)
+    expected, expected_gates = {"query": q, "key": k}, []
+    for i, target in enumerate(module.targets):
+        U = torch.cat([fused_block(module.global_proj.weight, i), fused_block(module.deep_proj.weight, i)], dim=0)
+        expected[target], lam = reference_contextualise(
+            expected[target], C, U, module.gate_input[i], module.gate_context[i], bias=module.gate_bias[i].item()
+        )
+        expected_gates.append(lam)
+    torch.testing.assert_close(q_hat, expected["query"])
+    torch.testing.assert_close(k_hat, expected["key"])
+    torch.testing.assert_close(gates.double(), torch.stack(expected_gates, dim=-1).double())
+
+
+def test_gate_bias_is_learned():
+    """d/db sum(Q^) = sum over positions of lambda (1 - lambda) sum_j (C U - Q)_j (Eq. 5-6)."""
+    torch.manual_seed(0)
+    module = ContextualQueryKey(D, 2, 3, gate_bias=-1.0).double()
+    q, k, global_ctx, deep_ctx = _contexts()
+    q_hat, k_hat, gates = module(q, k, global_ctx, deep_ctx)
+    (q_hat.sum() + k_hat.sum()).backward()
+    C = torch.cat([global_ctx.expand(5, 3, -1), deep_ctx], dim=-1)
+    expected = []
+    for i, plain in enumerate((q, k)):
+        U = torch.cat([fused_block(module.global_proj.weight, i), fused_block(module.deep_proj.weight, i)], dim=0)
+        lam = gates[..., i].detach()
+        expected.append((lam * (1 - lam) * ((C @ U).detach() - plain).sum(-1)).sum())
+    assert module.gate_bias.grad is not None and module.gate_bias.grad.abs().min() > 0
+    torch.testing.assert_close(module.gate_bias.grad, torch.stack(expected))
+
+
+def test_without_gate_bias_there_is_no_parameter():
+    plain = ContextualQueryKey(D, 2, 1)
+    assert plain.gate_bias is None and "gate_bias" not in plain.state_dict()
+    assert {name for name, _ in plain.named_parameters()} == {
+        "global_proj.weight", "deep_proj.weight", "gate_input", "gate_context"}
+    biased = ContextualQueryKey(D, 2, 1, apply_to="key", gate_bias=-4)
+    assert {name: tuple(p.shape) for name, p in biased.named_parameters()}["gate_bias"] == (1,)
+    assert torch.equal(biased.gate_bias, torch.tensor([-4.0]))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"gated": False, "gate_bias": -4.0}, "gated=False"),
+    ({"gate_bias": float("nan")}, "finite"),
+    ({"gate_bias": float("-inf")}, "finite"),
+])
+def test_gate_bias_needs_the_gate_and_a_finite_value(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ContextualQueryKey(D, 1, 0, **kwargs)
+
+
+@pytest.mark.parametrize("init", CONTEXT_INITS)
+def test_gate_bias_leaves_every_other_parameter_and_the_rng_as_without_it(init):
+    """Controlled start: the bias is a constant (no draw), so at one seed U and V are
+    bit-identical with and without it, and the global RNG ends in the same state."""
+    torch.manual_seed(5)
+    plain = ContextualQueryKey(D, 2, 3, init=init)
+    plain_rng = torch.get_rng_state()
+    torch.manual_seed(5)
+    biased = ContextualQueryKey(D, 2, 3, init=init, gate_bias=-4.0)
+    assert torch.equal(torch.get_rng_state(), plain_rng)
+    other = dict(biased.named_parameters())
+    assert other.pop("gate_bias") is not None
+    assert sorted(other) == sorted(name for name, _ in plain.named_parameters())
+    for name, value in plain.named_parameters():
+        assert torch.equal(value, other[name]), name

@@ -151,3 +151,90 @@ def test_default_is_gate_half_and_glorot_without_gates():
         assert contextualizers and {m.init for m in contextualizers} == {expected}
         for m in contextualizers:  # gate_half: V^H = V^C = 0; glorot: no gates at all here
             assert m.gate_input is None if expected == "glorot" else not (m.gate_input.any() or m.gate_context.any())
+
+
+# -- the gate bias (--context-gate-bias; not in the paper): lambda = sigmoid(Q V^H + C U V^C + b)
+
+
+def _contextualizers(model):
+    return {f"{side}.layers.{i}": layer.self_attn.contextualizer
+            for side, stack in (("encoder", model.encoder), ("decoder", model.decoder))
+            for i, layer in enumerate(stack.layers) if layer.self_attn.contextualizer is not None}
+
+
+def test_gate_bias_reaches_every_contextualised_layer_on_both_sides():
+    # decoder deep: its layer 1 has no context (stock attention), so no bias either
+    model, _ = build_model(_options("glorot", "--decoder-context", "deep", "--context-gate-bias", "-2.5"))
+    state = model.state_dict()
+    biases = {k: v for k, v in state.items() if k.endswith("gate_bias")}
+    assert sorted(biases) == sorted(
+        [f"encoder.layers.{i}.self_attn.contextualizer.gate_bias" for i in (0, 1)]
+        + ["decoder.layers.1.self_attn.contextualizer.gate_bias"])
+    for value in biases.values():
+        assert torch.equal(value, torch.tensor([-2.5, -2.5]))
+    assert all(isinstance(m.gate_bias, torch.nn.Parameter) and m.gate_bias.requires_grad
+               for m in _contextualizers(model).values())
+
+
+def test_a_zero_gate_bias_reaches_the_model():
+    model, _ = build_model(_options("gate_half", "--context-gate-bias", "0"))
+    biases = [m.gate_bias for m in _contextualizers(model).values()]
+    assert biases and all(isinstance(b, torch.nn.Parameter) and torch.equal(b, torch.zeros(2)) for b in biases)
+
+
+def test_gate_bias_arm_starts_every_gate_at_sigmoid_of_the_bias():
+    """init_study config 12's start (V = 0, b = -4) through the model: every lambda_Q / lambda_K
+    of every contextualised layer, at every real token, is sigmoid(-4) ~ 0.018."""
+    from tests.model_checks import decoder_logits, random_batch
+
+    model, _ = build_model(_options("gate_half", "--context-gate-bias", "-4"))
+    gates = {}
+    for name, module in _contextualizers(model).items():
+        module.register_forward_hook(lambda mod, args, out, name=name: gates.__setitem__(name, out[2]))
+    src_tokens, src_lengths, prev, _ = random_batch(model, (7, 3, 5), (4, 6, 2))
+    with torch.no_grad():
+        decoder_logits(model, src_tokens, src_lengths, prev)
+    assert len(gates) == 4
+    expected = 1 / (1 + math.exp(4))
+    for name, tensor in gates.items():
+        tokens = src_tokens if name.startswith("encoder") else prev
+        real = tensor[~tokens.eq(model.encoder.padding_idx).t()]
+        torch.testing.assert_close(real, torch.full_like(real, expected), rtol=1e-6, atol=0, msg=name)
+
+
+def test_bad_gate_bias_options_are_one_clear_error_at_build_time():
+    with pytest.raises(SystemExit):  # argparse: not a float
+        parse_train_args(_options("glorot", "--context-gate-bias", "minus4"))
+    for value in ("-4", "0"):  # 0 is a bias too
+        with pytest.raises(ValueError, match="--context-gate-bias .*--no-context-gate"):
+            build_model(_options("glorot", "--no-context-gate", "--context-gate-bias", value))
+    for value in ("nan", "inf", "-inf"):  # (argparse reads "-inf" as an option name unless after "=")
+        with pytest.raises(ValueError, match=f"--context-gate-bias must be finite, got {value}"):
+            build_model(_options("gate_half", f"--context-gate-bias={value}"))
+    # every problem in the one message
+    with pytest.raises(ValueError, match="--context-init gate_half .*--no-context-gate.*; --context-gate-bias "
+                                         ".*--no-context-gate.*; --context-gate-bias must be finite"):
+        build_model(_options("gate_half", "--no-context-gate", "--context-gate-bias", "nan"))
+
+
+def test_without_the_gate_bias_option_there_is_no_bias():
+    """Not given, or a checkpoint's namespace written before the option existed: the model has
+    exactly the parameters it had before (its state dict loads strictly)."""
+    from fairseq.tasks.translation import TranslationTask
+
+    from tests.model_checks import make_dictionary
+
+    before, _ = build_model(_options("gate_half"))
+    assert before.args.context_gate_bias is None
+    assert not [k for k in before.state_dict() if "gate_bias" in k]
+    args = parse_train_args(_options("gate_half"))
+    del args.context_gate_bias
+    old = TranslationTask(args, make_dictionary(40), make_dictionary(40)).build_model(args)
+    assert args.context_gate_bias is None
+    assert all(m.gate_bias is None for m in _contextualizers(old).values())
+    old.load_state_dict(before.state_dict(), strict=True)
+    # a model with the bias has exactly the gate_bias tensors more
+    biased, _ = build_model(_options("gate_half", "--context-gate-bias", "-4"))
+    extra = set(biased.state_dict()) - set(before.state_dict())
+    assert extra and all(k.endswith(".contextualizer.gate_bias") for k in extra)
+    assert set(before.state_dict()) <= set(biased.state_dict())

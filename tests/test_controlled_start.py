@@ -57,6 +57,8 @@ VARIANTS = {
     "ca-init-zero_context": ("transformer_context_aware", ctx("deep_global", "none", "--context-init", "zero_context")),
     "ca-init-gate_half_matched": ("transformer_context_aware",
                                   ctx("deep", "deep_global+deep", "--context-init", "gate_half_matched")),
+    "ca-init-gate_bias": ("transformer_context_aware",  # not in the paper: a constant bias, no draw
+                          ctx("deep_global+deep", "deep", "--context-init", "gate_half", "--context-gate-bias", "-4")),
     "ca-dec-deep": ("transformer_context_aware", ctx("none", "deep", "--context-apply", "key")),
     "ca-dec-deep_global+deep": ("transformer_context_aware", ctx("none", "deep_global+deep")),
     "ca-both-sides": ("transformer_context_aware", ctx("deep", "deep_global", "--context-apply", "query")),
@@ -243,6 +245,7 @@ OUR_FAMILIES = ("transformer_context_aware", "transformer_cross_agg", "transform
 # the options our four architectures add (what fairseq's stock parser must not know)
 MECHANISM_OPTIONS = {
     "--encoder-context", "--decoder-context", "--context-apply", "--no-context-gate", "--context-init",
+    "--context-gate-bias",
     "--routing-side", "--routing-vertical", "--no-routing-vertical", "--routing-horizontal", "--no-routing-horizontal",
     "--routing-init", "--routing-iters", "--routing-ramp-updates", "--routing-stop-gradient",
     "--sentential-global", "--sentential-deep", "--sentential-g0",
@@ -428,18 +431,24 @@ def test_fairseq_train_cli_builds_stock_identical_starts(tmp_path):
     ("transformer_cross_agg", [], ["--routing-iters", "1"]),
     ("transformer_sentential", [], ["--sentential-g0", "no_dropout"]),
     ("transformer_context_aware", [], ["--context-init", "glorot"]),  # the default is gate_half
+    # init_study 12 against 02 (gate_half): only the bias added, every other value as 02's
+    ("transformer_context_aware", ["--context-init", "gate_half"], ["--context-gate-bias", "-4"]),
 ])
 def test_initialisation_study_arms_start_from_the_paper_models_values(arch, paper, arm):
     """An arm of the initialisation study (configs/init_study/) changes how the model is
     trained or where a term starts, not the random draws: at one seed it starts with the
-    paper model's parameters (--context-init rescales / zeroes some of them by design)."""
+    paper model's parameters (--context-init rescales / zeroes some of them by design; the
+    gate bias adds constants)."""
     paper_state, paper_rng = build(arch_options(arch, paper), 4)
     arm_state, arm_rng = build(arch_options(arch, [*paper, *arm]), 4)
     counters = [k for k in arm_state if k.endswith(".cross_aggregation.num_updates")]
     assert bool(counters) == ("--routing-ramp-updates" in arm)
-    assert sorted(set(arm_state) - set(counters)) == sorted(paper_state)
+    biases = [k for k in arm_state if k.endswith(".contextualizer.gate_bias")]
+    assert bool(biases) == ("--context-gate-bias" in arm)
+    assert all(torch.equal(arm_state[k], torch.full((2,), -4.0)) for k in biases)
+    assert sorted(set(arm_state) - set(counters) - set(biases)) == sorted(paper_state)
     changed = [k for k in paper_state if not torch.equal(paper_state[k], arm_state[k])]
-    if arch == "transformer_context_aware":
+    if "--context-init" in arm:
         assert changed and all(".contextualizer." in k for k in changed)  # V random, not 0
     else:
         assert not changed, changed

@@ -6,6 +6,7 @@ import glob
 import os
 
 import pytest
+import torch
 
 from fairseq_ctx import quality_compare as qc
 from fairseq_ctx.paths import CONFIGS
@@ -28,6 +29,9 @@ ARMS = {
     "04-context_aware-zero_context": ("01-context_aware-glorot", "01-transformer_context_aware", ["--context-init", "zero_context"]),
     "11-context_aware-gate_half_matched": ("01-context_aware-glorot", "01-transformer_context_aware",
                                            ["--context-init", "gate_half_matched"]),
+    # not in the paper: gate_half (02) plus a bias inside Eq. 6's sigmoid (gates start at ~0.018)
+    "12-context_aware-gate_bias": ("01-context_aware-glorot", "01-transformer_context_aware",
+                                   ["--context-init", "gate_half", "--context-gate-bias", "-4"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
@@ -93,3 +97,9 @@ def test_config_builds(name):
             (parsed.routing_iters, parsed.routing_ramp_updates, parsed.routing_stop_gradient)}
     if "sentential" in name:
         assert model.encoder.g0_without_dropout == (parsed.sentential_g0 == "no_dropout")
+    if "context_aware" in name:
+        biases = [layer.self_attn.contextualizer.gate_bias for layer in model.encoder.layers]
+        if parsed.context_gate_bias is None:
+            assert all(b is None for b in biases)
+        else:
+            assert all(torch.equal(b, torch.full((2,), parsed.context_gate_bias)) for b in biases)

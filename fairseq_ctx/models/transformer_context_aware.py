@@ -15,6 +15,7 @@ Only the self-attention module changes:
 * The encoder / decoder layers only swap in that attention module; the encoder /
   decoder clear the history around each forward pass.
 """
+import math
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -76,10 +77,12 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
         causal: bool,
         name: str = "self_attn",
         init: str = "glorot",
+        gate_bias: Optional[float] = None,
     ) -> None:
         """``name``: this module's path in the model (``encoder.layers.0.self_attn``);
         the contextualiser's initial values come from the stream derived from it and
-        the run's seed, not from the global RNG (see ``_controlled_init``)."""
+        the run's seed, not from the global RNG (see ``_controlled_init``).
+        ``gate_bias``: initial value of the bias inside Eq. 6 (not in the paper), or None."""
         self.layer_index = layer_index
         self.context_type = context_type
         self.history = history
@@ -92,7 +95,7 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
         if global_blocks or deep_blocks:
             with added_parameters(f"{name}.contextualizer"):
                 self.contextualizer = ContextualQueryKey(
-                    self.embed_dim, global_blocks, deep_blocks, apply_to, gated, init=init
+                    self.embed_dim, global_blocks, deep_blocks, apply_to, gated, init=init, gate_bias=gate_bias
                 )
         self.gate_statistics: Optional[GateStatistics] = None
 
@@ -262,7 +265,8 @@ class ContextAwareDecoderLayer(TransformerDecoderLayerBase):
 
 
 def _configure_stack(
-    layers, context_type: str, apply_to: str, gated: bool, causal: bool, side: str, init: str
+    layers, context_type: str, apply_to: str, gated: bool, causal: bool, side: str, init: str,
+    gate_bias: Optional[float] = None,
 ) -> ContextHistory:
     """Give every self-attention layer of one stack its context. Runs after the stock
     encoder / decoder is built; the contextualisers draw from their own streams, so the
@@ -271,7 +275,7 @@ def _configure_stack(
     for index, layer in enumerate(layers, start=1):
         name = f"{side}.layers.{index - 1}.self_attn"  # its state-dict path
         layer.self_attn.configure_context(
-            index, context_type, apply_to, gated, history, causal, name=name, init=init
+            index, context_type, apply_to, gated, history, causal, name=name, init=init, gate_bias=gate_bias
         )
     return history
 
@@ -281,7 +285,7 @@ class ContextAwareTransformerEncoder(TransformerEncoderBase):
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
         self.context_history = _configure_stack(
             self.layers, cfg.encoder_context, cfg.context_apply, not cfg.no_context_gate,
-            causal=False, side="encoder", init=cfg.context_init,
+            causal=False, side="encoder", init=cfg.context_init, gate_bias=cfg.context_gate_bias,
         )
 
     def build_encoder_layer(self, cfg):
@@ -305,7 +309,7 @@ class ContextAwareTransformerDecoder(TransformerDecoderBase):
         )
         self.context_history = _configure_stack(
             self.layers, cfg.decoder_context, cfg.context_apply, not cfg.no_context_gate,
-            causal=True, side="decoder", init=cfg.context_init,
+            causal=True, side="decoder", init=cfg.context_init, gate_bias=cfg.context_gate_bias,
         )
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
@@ -349,6 +353,12 @@ class ContextAwareTransformerModel(TransformerModel):
                                  'for i.i.d. context entries of the layer input\'s variance; in a '
                                  'real encoder 0.5-1.2 of it), zero_context (U = 0), gate_half_matched '
                                  '(V = 0 and U as matched)')
+        parser.add_argument('--context-gate-bias', type=float, default=None, metavar='FLOAT',
+                            help='not in the paper (a diagnostic arm of the initialisation study): '
+                                 'initial value of a learned bias inside the sigmoid of Eq. 6, one per '
+                                 'gate and layer; e.g. -4 with --context-init gate_half starts every gate '
+                                 'at sigmoid(-4) ~ 0.018, close to the stock attention (write exponents and -inf '
+                                 'with "=": --context-gate-bias=-1e-3). Default: no bias')
         # fmt: on
 
     @classmethod
@@ -410,6 +420,12 @@ def validate_context_args(args) -> None:
         problems.append(f"--context-init must be one of {', '.join(CONTEXT_INITS)}, got {args.context_init!r}")
     elif args.context_init in ("gate_half", "gate_half_matched") and args.no_context_gate:
         problems.append(f"--context-init {args.context_init} sets the gate vectors, which --no-context-gate removes")
+    gate_bias = args.context_gate_bias
+    if gate_bias is not None:
+        if args.no_context_gate:
+            problems.append("--context-gate-bias is a bias inside the gate of Eq. 6, which --no-context-gate removes")
+        if not math.isfinite(gate_bias):
+            problems.append(f"--context-gate-bias must be finite, got {gate_bias!r}")
     if problems:
         raise ValueError("transformer_context_aware: " + "; ".join(problems))
     if args.encoder_context == "none" and args.decoder_context == "none":
@@ -462,6 +478,8 @@ def context_aware_base_architecture(args):
     # recovered; those two tied, gate_half had the higher valid BLEU (not resolved).
     # Without gates there is nothing to halve.
     _set_default(args, "context_init", "glorot" if args.no_context_gate else "gate_half")
+    # not in the paper, never on by default (older checkpoints have no value: no bias)
+    _set_default(args, "context_gate_bias", None)
     base_architecture(args)
 
 

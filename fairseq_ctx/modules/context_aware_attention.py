@@ -12,9 +12,17 @@ C is built from the layer's own input H^l and from the inputs of the layers belo
   deep_global      c = [c^1, ..., c^l]                      (Eq. 10)
   deep_global+deep both, each with its own projection, summed, one gate.
 
+Not in the paper: an optional learned bias b inside the sigmoid of Eq. 6 (``gate_bias``),
+lq = sigmoid(Q Vq_H + (C Uq) Vq_C + b_q), a diagnostic arm of the initialisation study. Eq. 6
+has no term that starts every gate near 0: with V = 0 each gate is exactly 0.5, with random V
+they scatter around 0.5, so the stock logits Q K^T start scaled by (1 - lq)(1 - lk) (0.25 at
+V = 0). With V = 0 and b = -4 every gate starts at sigmoid(-4) ~ 0.018: (almost) the stock
+attention. Never the default.
+
 Tensors are time-first (T x B x C) as in fairseq; padding masks are B x T with True
 at padding positions. Nothing here imports fairseq.
 """
+import math
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -174,6 +182,12 @@ class ContextualQueryKey(nn.Module):
         apply_to: "query", "key" or "both" (Table 3).
         gated: use the gating scalar of Eq. 6; without it (footnote 1 ablation)
             the context projection is simply added: Q^ = Q + C Uq.
+        init: the starting values of U and V (``CONTEXT_INITS``).
+        gate_bias: None (default) is Eq. 6 as written, with no extra parameter. A finite
+            float b0 adds a learned bias inside the sigmoid of Eq. 6, one scalar per gate
+            (``self.gate_bias``, shape (n_targets,), starting at b0): NOT in the paper, a
+            diagnostic start for the initialisation study (with ``init="gate_half"`` and
+            b0 = -4 every gate starts at sigmoid(-4) ~ 0.018, near the stock attention).
 
     With both kinds of context ("deep_global+deep") each has its own bias-free
     projection and the two are summed into one C U (one gate), as in the authors'
@@ -189,13 +203,21 @@ class ContextualQueryKey(nn.Module):
         apply_to: str = "both",
         gated: bool = True,
         init: str = "glorot",
+        gate_bias: Optional[float] = None,
     ) -> None:
         super().__init__()
         if apply_to not in CONTEXT_TARGETS:
             raise ValueError(f"apply_to must be one of {CONTEXT_TARGETS}, got {apply_to!r}")
         if init not in CONTEXT_INITS:
             raise ValueError(f"init must be one of {CONTEXT_INITS}, got {init!r}")
+        if gate_bias is not None:
+            if not gated:
+                raise ValueError("gate_bias is a bias inside the gate of Eq. 6, which gated=False removes")
+            if not math.isfinite(gate_bias):
+                raise ValueError(f"gate_bias must be finite, got {gate_bias!r}")
+            gate_bias = float(gate_bias)
         self.init = init
+        self.initial_gate_bias = gate_bias
         if global_blocks == 0 and deep_blocks == 0:
             raise ValueError("ContextualQueryKey needs a non-empty context")
         self.embed_dim = embed_dim
@@ -215,6 +237,12 @@ class ContextualQueryKey(nn.Module):
         else:
             self.register_parameter("gate_input", None)
             self.register_parameter("gate_context", None)
+        if gate_bias is not None:
+            # not in the paper: b_Q / b_K inside Eq. 6's sigmoid (None: no parameter, so
+            # the state dict, and checkpoints written without it, stay as they were)
+            self.gate_bias = nn.Parameter(torch.empty(len(self.targets)))
+        else:
+            self.register_parameter("gate_bias", None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -244,6 +272,9 @@ class ContextualQueryKey(nn.Module):
                 if self.init in ("gate_half", "gate_half_matched"):
                     with torch.no_grad():
                         vectors.zero_()
+        if self.gate_bias is not None:
+            # a constant, no random draw: every other parameter starts exactly as without it
+            nn.init.constant_(self.gate_bias, self.initial_gate_bias)
 
     def project_context(
         self, global_context: Optional[Tensor], deep_context: Optional[Tensor]
@@ -289,6 +320,8 @@ class ContextualQueryKey(nn.Module):
             # Eq. 6, the sigmoid in fp32 (logits of low-precision inputs).
             logit = _wide(F.linear(plain, self.gate_input[index : index + 1].to(plain.dtype)))
             logit = logit + _wide(F.linear(context, self.gate_context[index : index + 1].to(plain.dtype)))
+            if self.gate_bias is not None:
+                logit = logit + self.gate_bias[index : index + 1].to(logit.dtype)  # not in the paper
             gate = torch.sigmoid(logit)
             gates.append(gate)
             # Eq. 5: (1 - lambda) Q + lambda (C U_Q)
