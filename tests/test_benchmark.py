@@ -122,3 +122,20 @@ def test_smoke_run_cpu(tmp_path):
     assert data["meta"]["device"] == "cpu" and data["meta"]["dtype"] == "fp32"
     assert res["rows"]
     print(f"smoke run took {elapsed:.1f}s")
+
+
+def test_memory_subprocess_imports_this_copy_whatever_the_working_directory(tmp_path, monkeypatch):
+    """`python -c` puts the working directory first on sys.path: run from a directory that
+    holds another fairseq_ctx (a checkout beside an installed package), the memory subprocess
+    imported that one, and fairseq then refused the --user-dir of this one, so no peak
+    memory was measured (seen on a GPU machine, 2026-11-26)."""
+    decoy = tmp_path / "fairseq_ctx"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy fairseq_ctx was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    out_json = tmp_path / "b.json"
+    B.main(["--baseline", "transformer=--arch transformer", "--dims", "tiny", "--src-lens", "8",
+            "--device", "cpu", "--quick", "--batch-sentences", "2", "--vocab", "200",
+            "--memory-isolation", "all", "--threads", "1", "--json", str(out_json)])
+    data = json.loads(out_json.read_text())
+    assert data["rows"][0]["peak_mem_bytes"] > 0, data.get("failed")
