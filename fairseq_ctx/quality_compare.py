@@ -22,12 +22,7 @@ Seed-level statistics (fairseq_ctx/analysis/seed_statistics.py), beside the boot
 per system, the seed-paired mean BLEU difference with its 95 % t confidence interval, a
 paired t-test and an exact Wilcoxon signed-rank test over seeds (the bootstrap measures
 test-set sampling for fixed outputs; these measure what another training seed would do),
-and the numbers of seeds better / worse than the baseline. Both hold something fixed (the
-bootstrap the seed, the seed-level statistics the test sentences); beside them a two-level
-bootstrap resamples the seeds and the sentences together (evaluation/scoring.py,
-``seed_and_sentence_bootstrap``; over the seeds whose translations are there), whose interval
-covers both: on 1,000-sentence sets, a seed-level CI excluded zero on the test set and the
-other way on the valid set in one study (BENCHMARKS.md).
+and the numbers of seeds better / worse than the baseline.
 
 Learning curves (``--curve-updates 200,400,800``): the training also saves checkpoints
 every gcd(list) updates (``--save-interval-updates``, fairseq's checkpoint_E_U.pt) and
@@ -260,16 +255,6 @@ def paired_bs(base_hyps, sys_hyps, refs, tgt="en", n_samples=1000):
             "baseline_ci": b.ci, "signature": signature}
 
 
-def seed_and_sentence_bs(base_runs, sys_runs, refs, tgt="en", n_samples=1000, alpha=0.05):
-    """Seeds and test sentences resampled together (``evaluation.scoring.seed_and_sentence_bootstrap``)."""
-    from sacrebleu.metrics import BLEU
-
-    from fairseq_ctx.evaluation.scoring import sacrebleu_tokenizer, seed_and_sentence_bootstrap
-
-    return seed_and_sentence_bootstrap(base_runs, sys_runs, refs, BLEU(tokenize=sacrebleu_tokenizer(tgt)),
-                                       n_samples, alpha=alpha)
-
-
 def compare(results, baselines, refs, tgt="en", n_samples=1000, alpha=0.05):
     """results: {config: {seed: {"bleu": x, "hyps": [...]}}} -> per-system comparisons."""
     from fairseq_ctx.analysis.seed_statistics import seed_difference
@@ -293,10 +278,6 @@ def compare(results, baselines, refs, tgt="en", n_samples=1000, alpha=0.05):
             "seed_level": seed_difference({s: results[name][s]["bleu"] for s in seeds},
                                           {s: results[base][s]["bleu"] for s in seeds}, alpha),
             "per_seed": per_seed,
-            # seeds and sentences resampled together, over the seeds with both outputs
-            "seed_and_sentence_bootstrap": seed_and_sentence_bs(
-                {s: results[base][s]["hyps"] for s in seeds if per_seed[s]},
-                {s: results[name][s]["hyps"] for s in seeds if per_seed[s]}, refs, tgt, n_samples, alpha),
             "bootstrap_seeds": [s for s in seeds if per_seed[s]],
             "significant_better": sum(1 for p in tested if p["p_value"] < alpha
                                       and p["system_bleu"] > p["baseline_bleu"]),
@@ -388,17 +369,6 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
         lines.append(f"† {n} non-zero seed difference{'s' if n != 1 else ''}: the exact Wilcoxon test "
                      f"cannot give a two-sided p below {min_p:.3g}, so it cannot reach p < 0.05 "
                      "(that needs at least 6 seeds); read it as 'no evidence either way'.")
-    two_level = {name: c["seed_and_sentence_bootstrap"] for name, c in sorted(comparisons.items())
-                 if c.get("seed_and_sentence_bootstrap")}
-    if two_level:
-        lines += ["", "Seeds and test sentences resampled together (two-level bootstrap: each resample draws the "
-                  "seeds and the sentences with replacement; the seed-level CI above holds the sentences fixed, "
-                  "the per-seed bootstrap holds the seed fixed):", "",
-                  "| config | baseline | seeds | Δ mean [95% CI, seeds and sentences resampled] | p |",
-                  "|---|---|---|---|---|"]
-        for name, b in two_level.items():
-            lines.append(f"| {name} | {comparisons[name]['baseline']} | {len(b['seeds'])} | {_ci(b)} | "
-                         f"{_f(b['p'], 3)} |")
     if curves:
         lines += curve_markdown(curves, curve_comparisons or {}, baselines, meta, curve_png)
     return "\n".join(lines) + "\n"

@@ -92,56 +92,6 @@ def paired_test(baseline, system, references, metric, samples=1000, seed=12345):
     return str(signatures["BLEU"]), base, ours
 
 
-def seed_and_sentence_bootstrap(baseline_runs, system_runs, references, metric, samples=1000, seed=12345,
-                                alpha=0.05):
-    """Two-level bootstrap of the seed-paired mean difference system - baseline of corpus BLEU.
-
-    Each resample draws the seeds with replacement AND the test sentences with replacement
-    (the same sentences for every drawn seed and both systems, so the comparison stays
-    paired), scores each drawn seed's two outputs on those sentences and averages the
-    differences. Its interval covers what another training seed and another sample of test
-    sentences would do together: the seed-level t interval (``seed_statistics``) holds the
-    sentences fixed, sacreBLEU's paired bootstrap (``paired_test``) holds the seed fixed, and
-    on 1,000-sentence sets each can exclude zero on one set and the other way on another.
-
-    ``baseline_runs`` / ``system_runs``: {seed: hypotheses}, paired on the seeds both have;
-    ``references``: one reference per sentence; ``metric``: a sacreBLEU BLEU (the signature
-    of the scores). Corpus BLEU of a resample is computed from the summed per-sentence
-    statistics, as sacreBLEU's own bootstrap does. Returns None with fewer than 2 seeds (no
-    seed variation to resample); else seeds, n_sentences, samples, mean_diff (all sentences),
-    ci_low / ci_high (percentile interval, two-sided 1 - alpha) and p (two-sided: twice the
-    smaller share of resampled means on either side of zero, at least 1 / samples).
-    """
-    import numpy as np
-
-    seeds = sorted(set(baseline_runs) & set(system_runs))
-    if len(seeds) < 2:
-        return None
-    stats = {}
-    for side, runs in (("baseline", baseline_runs), ("system", system_runs)):
-        for s in seeds:
-            _check(runs[s], references)
-            stats[side, s] = np.asarray(metric._extract_corpus_statistics(runs[s], [references]), dtype=np.int64)
-
-    def bleu(rows):
-        return metric._compute_score_from_stats(rows.sum(axis=0).tolist()).score
-
-    def mean_diff(picked, rows):
-        return float(np.mean([bleu(stats["system", s][rows]) - bleu(stats["baseline", s][rows]) for s in picked]))
-
-    n = len(references)
-    everything = np.arange(n)
-    rng = np.random.default_rng(seed)
-    means = np.empty(samples)
-    for r in range(samples):
-        picked = [seeds[i] for i in rng.integers(0, len(seeds), size=len(seeds))]
-        means[r] = mean_diff(picked, rng.integers(0, n, size=n))
-    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    p = min(1.0, max(1.0 / samples, 2 * min(float((means <= 0).mean()), float((means >= 0).mean()))))
-    return {"seeds": seeds, "n_sentences": n, "samples": samples, "seed": seed, "alpha": alpha,
-            "mean_diff": mean_diff(seeds, everything), "ci_low": float(low), "ci_high": float(high), "p": p}
-
-
 def paired_bootstrap(baseline, system, references, lang, samples=1000, seed=12345, tokenized=False,
                      compound: Optional[bool] = None):
     """p-value of ``system`` vs ``baseline`` (:func:`paired_test`); ``tokenized``: on
