@@ -234,12 +234,12 @@ def evaluate(data_bin, ckpt, ref, beam, out_dir, src="zh", tgt="en", gen_args=()
 
 def summarize(bleus):
     xs = list(bleus)
-    return {
+    return {  # None, not NaN, where there is nothing (the JSON stays strict)
         "bleu": xs,
-        "mean": statistics.mean(xs) if xs else float("nan"),
+        "mean": statistics.mean(xs) if xs else None,
         "std": statistics.stdev(xs) if len(xs) > 1 else 0.0,
-        "min": min(xs) if xs else float("nan"),
-        "max": max(xs) if xs else float("nan"),
+        "min": min(xs) if xs else None,
+        "max": max(xs) if xs else None,
     }
 
 
@@ -272,7 +272,7 @@ def compare(results, baselines, refs, tgt="en", n_samples=1000, alpha=0.05):
         diffs = [results[name][s]["bleu"] - results[base][s]["bleu"] for s in seeds]
         out[name] = {
             "baseline": base, "seeds": seeds,
-            "mean_diff": statistics.mean(diffs) if diffs else float("nan"),
+            "mean_diff": statistics.mean(diffs) if diffs else None,
             "diffs": diffs,
             # seeds as the unit: mean difference, 95 % t CI, paired t and exact Wilcoxon
             "seed_level": seed_difference({s: results[name][s]["bleu"] for s in seeds},
@@ -378,6 +378,8 @@ def _cell(curve, u, nd=2):
     if not curve or u not in curve["updates"]:
         return ""
     i = curve["updates"].index(u)
+    if curve["mean"][i] is None:  # a seed diverged there
+        return f"non-finite (seed {', '.join(map(str, (curve.get('non_finite') or {}).get(str(u), [])))})"
     return f"{curve['mean'][i]:.{nd}f} ({curve['min'][i]:.{nd}f}-{curve['max'][i]:.{nd}f})"
 
 
@@ -1165,7 +1167,11 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     for n, b in baselines.items():
         if b is None and arch_of(configs[n]) not in STOCK_ARCHS:
             print(f"[quality] warning: {n} has no baseline among the selected configs", file=sys.stderr)
-    common = read_args_file(a.common or os.path.join(a.config_dir, "train.common"))
+    common_path = a.common or os.path.join(a.config_dir, "train.common")
+    if not os.path.isfile(common_path):
+        p.error(f"no training settings file {common_path}: put the settings every config shares (optimizer, "
+                f"batch, validation) in {a.config_dir}/train.common or name a file with --common")
+    common = read_args_file(common_path)
     # the direction is --src / --tgt, given to every training and scoring: settings that name
     # another would be overridden in training only
     for where, words in [("--common", common), *((f"{n}.args", v) for n, v in configs.items())]:
@@ -1218,10 +1224,24 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     ref = os.path.join(a.data_dir, "raw", f"test.{a.tgt}")
     if not (os.path.isdir(data_bin) and os.path.exists(ref)):
         pair = f"{a.src}-{a.tgt}" if a.tgt == "en" else f"{a.tgt}-{a.src}"  # the script's pairs: zh-en, ja-en
+        # Tatoeba is prepared only into a new directory or one it was being prepared in (the
+        # script's DIR/settings; it resumes there): never into a user's own data, whose
+        # outputs would then be scored against Tatoeba references
+        started_here = os.path.exists(os.path.join(a.data_dir, "settings"))
+        if os.path.isdir(a.data_dir) and os.listdir(a.data_dir) and not started_here:
+            lacking = [path for path, there in ((data_bin + "/", os.path.isdir(data_bin)), (ref, os.path.exists(ref)))
+                       if not there]
+            p.error(f"--data-dir {a.data_dir} lacks {' and '.join(lacking)}: it needs the fairseq-preprocess output in "
+                    f"bin/ and the raw (untokenised) test references in raw/test.{a.tgt} (raw/valid.{a.tgt} too for "
+                    "--valid-bleu); only an empty or new --data-dir is prepared with Tatoeba")
+        if pair not in ("zh-en", "ja-en"):
+            p.error(f"no prepared data in {a.data_dir}, and Tatoeba, which this tool prepares when there is none, "
+                    f"has zh-en and ja-en only (not {a.src} -> {a.tgt}): prepare bin/ and raw/test.{a.tgt} yourself")
         cmd = ["bash", TATOEBA_SCRIPT, "--pair", pair, "--src", a.src, "--tgt", a.tgt,
                "--out", a.data_dir, *shlex.split(a.prep_args)]
         print("[quality] preparing data: " + " ".join(cmd), file=sys.stderr)
-        subprocess.run(cmd, check=True, env=script_env())
+        if subprocess.run(cmd, env=script_env()).returncode != 0:
+            sys.exit("[quality] data preparation failed (its message is above); nothing was trained")
     with open(ref, encoding="utf-8") as f:
         refs = [line.rstrip("\n") for line in f]
     valid_ref = os.path.join(a.data_dir, "raw", f"valid.{a.tgt}") if a.valid_bleu else None

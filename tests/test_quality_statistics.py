@@ -151,10 +151,11 @@ def test_edge_cases_pairing_ties_and_undefined_values():
     st = seed_difference([12.0], [10.0])
     assert st["mean_diff"] == 2.0 and st["ci_low"] is None and st["p_t"] is None
     assert "one seed" in st["note"]
-    # identical non-zero differences: no spread -> the t-test is undefined (not p = 0), CI collapses
+    # identical non-zero differences: no spread -> the t-test is undefined (not p = 0), and
+    # so is the CI (a zero-width [+1, +1] would read as certainty that rounding produced)
     st = seed_difference([11.0, 12.0, 13.0], [10.0, 11.0, 12.0])
-    assert st["p_t"] is None and "t-test undefined" in st["note"]
-    assert st["ci_low"] == pytest.approx(1.0) and st["ci_high"] == pytest.approx(1.0)
+    assert st["p_t"] is None and "t-test undefined" in st["note"] and "no CI" in st["note"]
+    assert st["mean_diff"] == pytest.approx(1.0) and st["ci_low"] is None and st["ci_high"] is None
     # no difference at all: no test
     st = seed_difference([1.0, 2.0], [1.0, 2.0])
     assert st["p_t"] is None and st["p_wilcoxon"] is None and st["ties"] == 2
@@ -162,6 +163,30 @@ def test_edge_cases_pairing_ties_and_undefined_values():
     with pytest.raises(ValueError):
         seed_difference([1.0], [1.0, 2.0])
     json.dumps(st, allow_nan=False)
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan])
+def test_a_diverged_seed_gives_no_statistics_and_is_named(bad):
+    """fairseq logs 'loss inf' / 'loss nan' when a training diverges: the comparison must
+    not crash after hours of training, and must not average the seed away either."""
+    st = seed_difference({1: 5.1, 2: bad, 3: 5.3}, {1: 5.0, 2: 5.2, 3: 5.2}, higher_is_better=False)
+    assert st["mean_diff"] is None and st["ci_low"] is None and st["p_t"] is None and st["p_wilcoxon"] is None
+    assert "seed(s) 2" in st["note"] and st["diffs"][1] is None and st["seeds"] == [1, 2, 3]
+    json.dumps(st, allow_nan=False)
+    assert "pair(s) 1" in seed_difference([bad, 1.0], [0.0, 0.5])["note"]
+
+
+def test_a_curve_with_a_diverged_seed_keeps_the_point_as_a_gap_not_a_value(qc, tmp_path):
+    curve = curve_summary({1: {10: 9.0, 20: 8.0}, 2: {10: 9.2, 20: math.inf}, 3: {10: 9.1, 20: 8.2}})
+    assert curve["mean"][0] == pytest.approx(9.1) and curve["sd"][0] == pytest.approx(0.1)
+    assert curve["mean"][1] is None and curve["min"][1] is None and curve["max"][1] is None
+    assert curve["non_finite"] == {"20": [2]} and curve["per_seed"]["2"] == {"10": 9.2, "20": None}
+    json.dumps(curve, allow_nan=False)
+    assert qc._cell(curve, 20, 3) == "non-finite (seed 2)" and qc._cell(curve, 10, 3) == "9.100 (9.000-9.200)"
+    path = str(tmp_path / "curves.png")
+    plot_learning_curves({"00-base": {"valid_loss": curve}}, [("00-base", None)], path,
+                         metrics=[("valid_loss", "valid loss")])
+    assert os.path.getsize(path) > 1000
 
 
 def tied_signed_rank_p(diffs):
@@ -847,6 +872,67 @@ def test_data_is_prepared_with_the_scripts_own_pair_and_the_direction(qc, study,
         with pytest.raises(SystemExit):
             _main(qc, study, "--data-dir", str(tmp_path / "new"), "--src", src, "--tgt", tgt)
         assert prepared[-1][:6] == ["--pair", pair, "--src", src, "--tgt", tgt]
+
+
+def _preparations_recorded(qc, monkeypatch, rc=0):
+    prepared, run = [], qc.subprocess.run
+
+    def recorded(cmd, **kwargs):
+        if cmd[:2] == ["bash", qc.TATOEBA_SCRIPT]:
+            prepared.append(cmd[2:])
+            if rc:
+                return types.SimpleNamespace(returncode=rc)
+            raise SystemExit("recorded")  # the test stops here
+        return run(cmd, **kwargs)
+
+    monkeypatch.setattr(qc.subprocess, "run", recorded)
+    return prepared
+
+
+@pytest.mark.parametrize("lack", ["raw", "bin and raw"])
+def test_a_data_dir_of_ones_own_is_never_filled_with_tatoeba(qc, study, monkeypatch, capsys, lack):
+    """A user's data without the raw references: preparing Tatoeba into it would score their
+    model's output against Tatoeba references (same count: silently)."""
+    prepared = _preparations_recorded(qc, monkeypatch)
+    shutil.rmtree(study.data / "raw")
+    if lack == "bin and raw":
+        shutil.rmtree(study.data / "bin")
+        (study.data / "README").write_text("my corpus\n")
+    before = sorted(p.name for p in study.data.iterdir())
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and not prepared and not study.fakes.train_calls
+    assert f"lacks {'' if lack == 'raw' else str(study.data / 'bin') + '/ and '}{study.data / 'raw' / 'test.en'}" in err
+    assert sorted(p.name for p in study.data.iterdir()) == before
+
+
+def test_a_tatoeba_preparation_that_was_cut_off_is_resumed(qc, study, monkeypatch, tmp_path):
+    prepared = _preparations_recorded(qc, monkeypatch)
+    data = tmp_path / "cut"
+    (data / "raw.partial").mkdir(parents=True)
+    (data / "settings").write_text("pair=zh-en src=zh tgt=en merges=3000 valid=1000 test=1000 limit=all\n")
+    with pytest.raises(SystemExit, match="recorded"):
+        _main(qc, study, "--data-dir", str(data))
+    assert prepared and prepared[0][prepared[0].index("--out") + 1] == str(data)
+
+
+def test_a_pair_tatoeba_does_not_have_fails_in_one_line_and_a_failed_preparation_trains_nothing(
+        qc, study, monkeypatch, tmp_path, capsys):
+    prepared = _preparations_recorded(qc, monkeypatch, rc=2)
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study, "--data-dir", str(tmp_path / "new-de"), "--src", "de", "--tgt", "en")
+    assert e.value.code == 2 and not prepared and "has zh-en and ja-en only (not de -> en)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study, "--data-dir", str(tmp_path / "new"))
+    assert len(prepared) == 1 and "data preparation failed" in str(e.value.code) and not study.fakes.train_calls
+
+
+def test_a_config_dir_without_shared_settings_is_a_usage_error(qc, study, capsys):
+    (pathlib.Path(study.argv[study.argv.index("--config-dir") + 1]) / "train.common").unlink()
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study)
+    assert e.value.code == 2 and "no training settings file" in capsys.readouterr().err
 
 
 def test_a_gpu_whose_name_cannot_be_read_is_still_pinned_without_a_false_warning(qc, study, monkeypatch, capsys):
