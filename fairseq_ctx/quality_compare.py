@@ -340,6 +340,11 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
           for src, runs in sorted((meta.get("imported_first") or {}).items())),
         *([f"- seed pairs trained in different places (one run imported, or from two reports): "
            f"{'; '.join(meta['mixed_pairs'])}."] if meta.get("mixed_pairs") else []),
+        *([f"- **warning: runs trained with different model code** (SHA-256 of fairseq_ctx/models and modules; "
+           f"this report's code {meta.get('model_code')}): "
+           + "; ".join(f"{code}: {', '.join(runs)}" for code, runs in sorted(meta["model_code_runs"].items()))
+           + ". Their differences may be the code's, not the configs'."]
+          if meta.get("model_code_runs") else []),
         "",
         "| config | baseline | BLEU per seed | mean | std | Δ mean vs baseline [95% CI] | p t | p W "
         "| seeds + / - | p bootstrap per seed | sig. better / worse (bootstrap p<0.05) |",
@@ -439,8 +444,38 @@ def _software():
 
     from .reproduce.runner import git_commit
 
-    return {"git_commit": git_commit(), "torch": torch.__version__, "fairseq": fairseq.__version__,
-            "sacrebleu": sacrebleu.__version__, "python": sys.version.split()[0]}
+    return {"git_commit": git_commit(), "model_code": model_code_sha256(), "torch": torch.__version__,
+            "fairseq": fairseq.__version__, "sacrebleu": sacrebleu.__version__, "python": sys.version.split()[0]}
+
+
+def model_code_sha256(package_dir=PACKAGE_DIR):
+    """SHA-256 (16 hex digits) of the code that defines what a training computes:
+    fairseq_ctx/models and fairseq_ctx/modules, every .py file by relative path and content.
+    The git commit alone misses edits not committed and installed copies (no .git)."""
+    digest = hashlib.sha256()
+    for part in ("models", "modules"):
+        root = os.path.join(package_dir, part)
+        for folder, dirs, files in sorted(os.walk(root)):
+            dirs.sort()
+            for name in sorted(f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, name)
+                digest.update(os.path.relpath(path, package_dir).encode() + b"\0")
+                with open(path, "rb") as handle:
+                    digest.update(handle.read() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def runs_by_model_code(results):
+    """{model_code: ["CONFIG seed S", ...]} over every attempt of every run that recorded
+    one (trained_with and the earlier attempts a resumed training continued); runs from
+    before the record are left out."""
+    out = {}
+    for name in sorted(results):
+        for seed, rec in sorted(results[name].items()):
+            attempts = [rec.get("trained_with")] + list(rec.get("earlier_attempts") or [])
+            for code in sorted({a.get("model_code") for a in attempts if isinstance(a, dict)} - {None}):
+                out.setdefault(code, []).append(f"{name} seed {seed}")
+    return out
 
 
 def data_fingerprint(data_bin):
@@ -1341,6 +1376,13 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
              for s in a.seeds if s in results[n] and s in results[b] and origin(results[n][s]) != origin(results[b][s])]
     for pair in mixed:
         log(f"[quality] warning: {pair}: the two runs were trained in different places (see --import-runs)")
+    # runs reused ("done already", imported) under edited model code would be compared as if equal
+    by_code = runs_by_model_code(results)
+    model_code_runs = by_code if set(by_code) - {software["model_code"]} else None
+    for code, runs in sorted((model_code_runs or {}).items()):
+        if code != software["model_code"]:
+            log(f"[quality] warning: {len(runs)} run(s) trained with other model code ({code}; this code: "
+                f"{software['model_code']}): {', '.join(runs)}; delete their run directories to train them again")
     summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
     comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
     curves, curve_comparisons = learning_curves(results, baselines, a.seeds)
@@ -1354,6 +1396,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
             if curve_updates else None,
             "imported": used or None, "imported_first": first or None,
             "import_sources": {src: import_sources[src] for src in used} or None, "mixed_pairs": mixed or None,
+            "model_code_runs": model_code_runs,
             "command": " ".join(shlex.quote(x) for x in sys.argv), **software}
     # a plot only when there is a curve: intermediate BLEU points or logged validations
     has_valid_bleu = any((c.get("valid_bleu") or {}).get("updates") for c in curves.values())

@@ -1188,6 +1188,39 @@ def test_each_run_records_where_and_with_what_it_trained(qc, study):
         "trained_with"]
 
 
+def test_the_model_code_fingerprint_follows_models_and_modules_only(qc, tmp_path):
+    package = tmp_path / "pkg"
+    for folder in ("models", "modules", "models/sub", "analysis"):
+        (package / folder).mkdir(parents=True)
+    for path in ("models/a.py", "modules/b.py", "models/sub/c.py", "analysis/d.py"):
+        (package / path).write_text("x = 1\n")
+    first = qc.model_code_sha256(str(package))
+    (package / "analysis" / "d.py").write_text("x = 2\n")
+    (package / "models" / "notes.txt").write_text("not code\n")
+    assert qc.model_code_sha256(str(package)) == first
+    (package / "models" / "sub" / "c.py").write_text("x = 2\n")
+    assert qc.model_code_sha256(str(package)) != first and len(first) == 16
+    assert qc.model_code_sha256() == qc._software()["model_code"]
+
+
+def test_runs_reused_after_the_model_code_changed_are_named_in_the_report(qc, study, monkeypatch, capsys):
+    """'done already' runs (and imported ones) are reused by their settings; edited model code
+    is not in those, so a comparison would silently mix two versions of an architecture."""
+    q = _main(qc, study, "--seeds", "1", "2")
+    code = q["meta"]["model_code"]
+    assert q["meta"]["model_code_runs"] is None and q["runs"]["01-good"]["1"]["trained_with"]["model_code"] == code
+    capsys.readouterr()
+    monkeypatch.setattr(qc, "model_code_sha256", lambda package_dir=None: "edited0000000000")
+    shutil.rmtree(study.out / "runs" / "01-good" / "seed2")  # trained again, with the edited code
+    q = _main(qc, study, "--seeds", "1", "2")
+    err = capsys.readouterr().err
+    assert q["meta"]["model_code_runs"] == {code: ["00-transformer seed 1", "00-transformer seed 2", "01-good seed 1"],
+                                            "edited0000000000": ["01-good seed 2"]}
+    assert f"3 run(s) trained with other model code ({code}; this code: edited0000000000)" in err
+    md = (study.out / "quality.md").read_text()
+    assert "warning: runs trained with different model code" in md and f"{code}: 00-transformer seed 1" in md
+
+
 def test_provenance_names_the_gpu_unless_the_settings_say_cpu(qc, study, monkeypatch):
     import torch
 
