@@ -49,16 +49,6 @@ TINY = [
     "--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0",
 ]  # fmt: skip
 PRE_NORM = ["--encoder-normalize-before", "--decoder-normalize-before"]
-# unequal sides: an encoder setting read where the decoder's is meant (or the reverse)
-# passes every equal-sized case
-UNEQUAL = [
-    "--encoder-embed-dim", str(D), "--encoder-ffn-embed-dim", "32", "--encoder-layers", "3",
-    "--encoder-attention-heads", "2", "--decoder-embed-dim", str(D),
-    "--decoder-ffn-embed-dim", "24", "--decoder-layers", "2",
-    "--decoder-attention-heads", "4",
-    "--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0",
-]  # fmt: skip
-UNEQUAL_HEADS = (2, 4)  # encoder, decoder
 
 
 def prefix_mean(h, padding_mask):
@@ -147,10 +137,10 @@ CASES = [
                          + [("deep_global+deep", "deep_global+deep", "both", True, False, None, "unequal")])
 def test_logits_equal_the_papers_equations(encoder_context, decoder_context, apply_to, gated, pre_norm, gate_bias,
                                            sizes):
-    heads = UNEQUAL_HEADS if sizes == "unequal" else (HEADS, HEADS)
+    heads = R.UNEQUAL_HEADS if sizes == "unequal" else (HEADS, HEADS)
     args = ["--arch", "transformer_context_aware", "--encoder-context", encoder_context,
             "--decoder-context", decoder_context, "--context-apply", apply_to,
-            *(UNEQUAL if sizes == "unequal" else TINY),
+            *(R.UNEQUAL_SIZES if sizes == "unequal" else TINY),
             *([] if gated else ["--no-context-gate"]), *(PRE_NORM if pre_norm else []),
             *([] if gate_bias is None else ["--context-gate-bias", gate_bias])]  # fmt: skip
     model = build_model(args, vocab_size=40)[0].double()

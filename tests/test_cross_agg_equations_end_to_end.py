@@ -49,16 +49,6 @@ TINY = [
     "--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0",
 ]  # fmt: skip
 PRE_NORM = ["--encoder-normalize-before", "--decoder-normalize-before"]
-# unequal sides: an encoder setting read where the decoder's is meant (or the reverse)
-# passes every equal-sized case
-UNEQUAL = [
-    "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--encoder-layers", "3",
-    "--encoder-attention-heads", "2", "--decoder-embed-dim", "16",
-    "--decoder-ffn-embed-dim", "24", "--decoder-layers", "2",
-    "--decoder-attention-heads", "4",
-    "--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0",
-]  # fmt: skip
-UNEQUAL_HEADS = (2, 4)  # encoder, decoder
 
 
 def squash(s):
@@ -150,9 +140,9 @@ CASES = [
 @pytest.mark.parametrize("side, vertical, horizontal, init, iterations, pre_norm, sizes",
                          [(*case, "equal") for case in CASES] + [("both", True, True, "self", 2, False, "unequal")])
 def test_logits_equal_the_papers_equations(side, vertical, horizontal, init, iterations, pre_norm, sizes):
-    heads = UNEQUAL_HEADS if sizes == "unequal" else (HEADS, HEADS)
+    heads = R.UNEQUAL_HEADS if sizes == "unequal" else (HEADS, HEADS)
     args = ["--arch", "transformer_cross_agg", "--routing-side", side, "--routing-init", init,
-            "--routing-iters", str(iterations), *(UNEQUAL if sizes == "unequal" else TINY),
+            "--routing-iters", str(iterations), *(R.UNEQUAL_SIZES if sizes == "unequal" else TINY),
             "--routing-vertical" if vertical else "--no-routing-vertical",
             "--routing-horizontal" if horizontal else "--no-routing-horizontal",
             *(PRE_NORM if pre_norm else [])]  # fmt: skip

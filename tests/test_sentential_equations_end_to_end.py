@@ -40,16 +40,6 @@ TINY = [
     "--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0",
 ]  # fmt: skip
 PRE_NORM = ["--encoder-normalize-before", "--decoder-normalize-before"]
-# unequal sides: an encoder setting read where the decoder's is meant (or the reverse)
-# passes every equal-sized case
-UNEQUAL = [
-    "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--encoder-layers", "3",
-    "--encoder-attention-heads", "2", "--decoder-embed-dim", "16",
-    "--decoder-ffn-embed-dim", "24", "--decoder-layers", "2",
-    "--decoder-attention-heads", "4",
-    "--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0",
-]  # fmt: skip
-UNEQUAL_HEADS = (2, 4)  # encoder, decoder
 
 
 # ------------------------------------------------------------------ the paper's equations
@@ -190,8 +180,8 @@ def build(global_type, deep_type, pre_norm, sizes=TINY):
                          [(*case, "equal") for case in CASES]
                          + [("attention", "tam", False, "unequal"), ("attention", "rnn", False, "unequal")])
 def test_logits_equal_the_papers_equations(global_type, deep_type, pre_norm, sizes):
-    heads = UNEQUAL_HEADS if sizes == "unequal" else (HEADS, HEADS)
-    model = build(global_type, deep_type, pre_norm, UNEQUAL if sizes == "unequal" else TINY)
+    heads = R.UNEQUAL_HEADS if sizes == "unequal" else (HEADS, HEADS)
+    model = build(global_type, deep_type, pre_norm, R.UNEQUAL_SIZES if sizes == "unequal" else TINY)
     src_tokens, src_lengths, prev, _ = random_batch(model, (7, 5, 3), (4, 6, 2))
     assert src_tokens.eq(PAD).any() and prev.eq(PAD).any()
     expected = reference_logits(R.state_params(model), src_tokens, prev, global_type, deep_type, pre_norm, heads)
