@@ -98,6 +98,13 @@ MUTATIONS = {
                      '                cfg.encoder.ffn_embed_dim,\n'),
                 ],
             ),
+            (
+                "(k) FFN_l's g block sized by the decoder's width (a decoder wider than the encoder)",
+                [
+                    (SENTENTIAL, '                self.embed_dim,\n                cfg.encoder.embed_dim,\n',
+                     '                self.embed_dim,\n                cfg.decoder.embed_dim,\n'),
+                ],
+            ),
         ],
     ),
     "context_aware": (
@@ -158,6 +165,14 @@ MUTATIONS = {
                 ],
                 "tests/test_context_aware_model.py::test_attention_dropout_drops_the_contextualised_probabilities",
             ),
+            (
+                '(9) decoder layers built without attention dropout',
+                [
+                    (CONTEXT_AWARE, '            cfg.decoder.attention_heads,\n            dropout=cfg.attention_dropout,',
+                     '            cfg.decoder.attention_heads,\n            dropout=0.0,'),
+                ],
+                "tests/test_context_aware_model.py::test_attention_dropout_reaches_every_contextualised_layer",
+            ),
         ],
     ),
     "cross_agg": (
@@ -207,6 +222,14 @@ MUTATIONS = {
                      'attn_probs = attn_weights_float.type_as(logits)'),
                 ],
                 "tests/test_cross_agg_model.py::test_attention_dropout_drops_the_routed_probabilities",
+            ),
+            (
+                '(7) encoder layers built without attention dropout',
+                [
+                    (CROSS_AGG, '            cfg.encoder.attention_heads,\n            dropout=cfg.attention_dropout,',
+                     '            cfg.encoder.attention_heads,\n            dropout=0.0,'),
+                ],
+                "tests/test_cross_agg_model.py::test_attention_dropout_reaches_every_routed_layer",
             ),
         ],
     ),

@@ -365,6 +365,13 @@ def test_attention_weights_path_matches_fused_path():
     torch.testing.assert_close(outputs[1][1].sum(-1), torch.ones(3, 5))
 
 
+def test_attention_dropout_reaches_every_contextualised_layer():
+    model = tiny_model(*context(encoder="deep_global", decoder="deep_global"), "--attention-dropout", "0.3")
+    layers = [*model.encoder.layers, *model.decoder.layers]
+    assert all(layer.self_attn.contextualizer is not None for layer in layers)
+    assert [layer.self_attn.dropout_module.p for layer in layers] == [0.3] * 6
+
+
 @pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
 def test_attention_dropout_drops_the_contextualised_probabilities(need_weights):
     """Train mode with --attention-dropout, on both paths (fused SDPA: training; explicit:

@@ -155,6 +155,12 @@ def test_attention_softmax_uses_routed_logits_eq9():
     assert not torch.allclose(probs, logits.softmax(-1), atol=1e-3)
 
 
+def test_attention_dropout_reaches_every_routed_layer():
+    model = build_tiny("--routing-side", "both", "--attention-dropout", "0.3")
+    attentions = routed_attentions(model)
+    assert len(attentions) == 4 and [a.dropout_module.p for a in attentions] == [0.3] * 4
+
+
 def test_attention_dropout_drops_the_routed_probabilities():
     """Train mode with --attention-dropout: out_proj(dropout(softmax(E + Omega^v + Omega^h)) V),
     fairseq's placement; the reference replays F.dropout's mask from the same RNG state. (The

@@ -166,7 +166,8 @@ def test_edge_cases_pairing_ties_and_undefined_values():
 
 
 @pytest.mark.parametrize("bad", [math.inf, math.nan])
-def test_a_diverged_seed_gives_no_statistics_and_is_named(bad):
+def test_a_diverged_seed_gives_no_statistics_and_is_named(bad, qc):
+    assert qc.summarize([20.0, bad])["mean"] is None and qc.summarize([20.0, 21.0])["mean"] == 20.5
     """fairseq logs 'loss inf' / 'loss nan' when a training diverges: the comparison must
     not crash after hours of training, and must not average the seed away either."""
     st = seed_difference({1: 5.1, 2: bad, 3: 5.3}, {1: 5.0, 2: 5.2, 3: 5.2}, higher_is_better=False)
@@ -907,6 +908,15 @@ def test_a_data_dir_of_ones_own_is_never_filled_with_tatoeba(qc, study, monkeypa
     assert sorted(p.name for p in study.data.iterdir()) == before
 
 
+def test_a_data_dir_another_script_prepared_is_not_handed_to_tatoeba(qc, study, monkeypatch, capsys):
+    prepared = _preparations_recorded(qc, monkeypatch)
+    shutil.rmtree(study.data / "raw")
+    (study.data / "settings").write_text("corpus=wmt14 pair=en-de merges=32000\n")  # prepare-wmt.sh's kind
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study)
+    assert e.value.code == 2 and not prepared and "lacks" in capsys.readouterr().err
+
+
 def test_a_tatoeba_preparation_that_was_cut_off_is_resumed(qc, study, monkeypatch, tmp_path):
     prepared = _preparations_recorded(qc, monkeypatch)
     data = tmp_path / "cut"
@@ -926,6 +936,39 @@ def test_a_pair_tatoeba_does_not_have_fails_in_one_line_and_a_failed_preparation
     with pytest.raises(SystemExit) as e:
         _main(qc, study, "--data-dir", str(tmp_path / "new"))
     assert len(prepared) == 1 and "data preparation failed" in str(e.value.code) and not study.fakes.train_calls
+
+
+def test_a_valid_loss_that_diverged_is_a_gap_in_the_report_and_the_json_stays_strict(qc, study, monkeypatch):
+    loss = _loss
+
+    def diverged_in_seed_2(arch, seed, u):
+        return math.inf if (arch, seed, u) == ("transformer_x", 2, UPDATES) else loss(arch, seed, u)
+
+    monkeypatch.setitem(globals(), "_loss", diverged_in_seed_2)
+    _main(qc, study, "--curve-updates", "20,40")
+    text = (study.out / "quality.json").read_text()
+    q = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in quality.json"))
+    assert q["runs"]["01-good"]["2"]["valid"][str(UPDATES)]["loss"] is None
+    assert q["curves"]["01-good"]["valid_loss"]["non_finite"] == {str(UPDATES): [2]}
+    assert "seed(s) 2" in q["curve_comparisons"]["01-good"]["valid_loss"][str(UPDATES)]["note"]
+    assert "non-finite (seed 2)" in (study.out / "quality.md").read_text()
+
+
+def test_a_diverged_training_stops_with_one_message_and_keeps_the_finished_runs(qc, study, capsys):
+    train = study.fakes.train
+
+    def diverges(data_bin, common, arch_args, updates, seed, save_dir, *args, **kwargs):
+        if arch_args[1] == "transformer_x" and seed == 2:
+            raise RuntimeError(f"training failed (rc 1), log {save_dir}/../train.log:\n"
+                               "FloatingPointError: gradients are Nan/Inf")
+        return train(data_bin, common, arch_args, updates, seed, save_dir, *args, **kwargs)
+
+    with pytest.raises(SystemExit) as e:
+        qc.main(study.argv + ["--seeds", "1", "2"], train_fn=diverges, eval_fn=study.fakes.evaluate)
+    assert "01-good seed 2 failed: its training diverged" in str(e.value.code)
+    assert "rerun without seed 2 (--seeds)" in str(e.value.code) and "FloatingPointError" in capsys.readouterr().err
+    assert (study.out / "runs" / "01-good" / "seed1" / "result.json").exists()
+    assert not (study.out / "quality.json").exists() and not (study.out / "quality.md").exists()
 
 
 def test_a_config_dir_without_shared_settings_is_a_usage_error(qc, study, capsys):
@@ -1198,6 +1241,8 @@ def test_the_model_code_fingerprint_follows_models_and_modules_only(qc, tmp_path
     (package / "analysis" / "d.py").write_text("x = 2\n")
     (package / "models" / "notes.txt").write_text("not code\n")
     assert qc.model_code_sha256(str(package)) == first
+    os.symlink(package / "models" / "gone.py", package / "models" / ".#a.py")  # an editor's lock: dangling
+    assert qc.model_code_sha256(str(package)) == first
     (package / "models" / "sub" / "c.py").write_text("x = 2\n")
     assert qc.model_code_sha256(str(package)) != first and len(first) == 16
     assert qc.model_code_sha256() == qc._software()["model_code"]
@@ -1214,11 +1259,20 @@ def test_runs_reused_after_the_model_code_changed_are_named_in_the_report(qc, st
     shutil.rmtree(study.out / "runs" / "01-good" / "seed2")  # trained again, with the edited code
     q = _main(qc, study, "--seeds", "1", "2")
     err = capsys.readouterr().err
-    assert q["meta"]["model_code_runs"] == {code: ["00-transformer seed 1", "00-transformer seed 2", "01-good seed 1"],
-                                            "edited0000000000": ["01-good seed 2"]}
-    assert f"3 run(s) trained with other model code ({code}; this code: edited0000000000)" in err
+    # the stock transformer's runs never execute fairseq_ctx's model code: not flagged
+    assert q["meta"]["model_code_runs"] == {code: ["01-good seed 1"], "edited0000000000": ["01-good seed 2"]}
+    assert f"1 run(s) trained with other model code ({code}; this code: edited0000000000): 01-good seed 1" in err
     md = (study.out / "quality.md").read_text()
-    assert "warning: runs trained with different model code" in md and f"{code}: 00-transformer seed 1" in md
+    assert "warning: runs trained with different model code" in md and f"{code}: 01-good seed 1" in md
+    # a run from before the record: named as unchecked, not as equal
+    record = study.out / "runs" / "01-good" / "seed1" / "result.json"
+    rec = json.loads(record.read_text())
+    del rec["trained_with"]["model_code"]
+    record.write_text(json.dumps(rec))
+    q = _main(qc, study, "--seeds", "1", "2")
+    assert q["meta"]["model_code_unrecorded"] == ["01-good seed 1"] and q["meta"]["model_code_runs"] is None
+    assert "1 run(s) of fairseq_ctx architectures trained before the model code was recorded" in (
+        study.out / "quality.md").read_text()
 
 
 def test_provenance_names_the_gpu_unless_the_settings_say_cpu(qc, study, monkeypatch):

@@ -181,13 +181,16 @@ def build(global_type, deep_type, pre_norm, sizes=TINY):
                          + [("attention", "tam", False, "unequal"), ("attention", "rnn", False, "unequal")])
 def test_logits_equal_the_papers_equations(global_type, deep_type, pre_norm, sizes):
     heads = R.UNEQUAL_HEADS if sizes == "unequal" else (HEADS, HEADS)
-    model = build(global_type, deep_type, pre_norm, R.UNEQUAL_SIZES if sizes == "unequal" else TINY)
+    # sentential also takes a decoder wider than the encoder (g is encoder-sized: Eq. 2's [D; g])
+    wider_decoder = ["--decoder-embed-dim", "24", "--decoder-ffn-embed-dim", "40"]
+    model = build(global_type, deep_type, pre_norm, R.UNEQUAL_SIZES + wider_decoder if sizes == "unequal" else TINY)
+    if sizes == "unequal":  # FFN_l is a decoder sublayer of the decoder's FFN width (notes: 2d -> 2048 -> d),
+        # its input [D; g] with D decoder-sized and g encoder-sized (Eq. 2)
+        ffn = model.decoder.layers[0].sentential_ffn
+        assert ffn.input_proj.weight.shape == (40, 24) and ffn.context_proj.weight.shape == (40, 16)
     src_tokens, src_lengths, prev, _ = random_batch(model, (7, 5, 3), (4, 6, 2))
     assert src_tokens.eq(PAD).any() and prev.eq(PAD).any()
     expected = reference_logits(R.state_params(model), src_tokens, prev, global_type, deep_type, pre_norm, heads)
-    if sizes == "unequal":  # FFN_l is a decoder sublayer of the decoder's FFN width (notes: 2d -> 2048 -> d)
-        ffn = model.decoder.layers[0].sentential_ffn
-        assert ffn.input_proj.weight.shape == ffn.context_proj.weight.shape == (24, 16)
     for train in (True, False):
         model.train(train)
         with torch.no_grad():

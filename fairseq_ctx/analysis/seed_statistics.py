@@ -119,7 +119,7 @@ def seed_difference(system: Union[Mapping, Sequence[Number]], baseline: Union[Ma
             out["t"] = None
             out["p_t"] = None
         else:
-            notes.append("all differences zero: no t-test")
+            notes.append("all differences zero: no CI, no t-test")
     if m == 0:
         notes.append("all differences zero: no Wilcoxon test")
     else:
