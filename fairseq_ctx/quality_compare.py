@@ -1418,7 +1418,8 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
                f"say so beside the report, and rerun without seed {error.seed} (--seeds) to report the others, "
                "or change the settings (a lower --lr, a longer warm-up: then every run trains again)"
                if error.diverged else "fix its cause and rerun")
-        sys.exit(f"[quality] {error.name} seed {error.seed} failed: {why}. The runs that finished are kept in "
+        cause = str(error.cause).strip().splitlines()[0] if str(error.cause).strip() else type(error.cause).__name__
+        sys.exit(f"[quality] {error.name} seed {error.seed} failed ({cause}): {why}. The runs that finished are kept in "
                  f"{a.out_dir} and are not trained again; no report was written.")
     used = {}
     first = {}  # runs a report had imported itself: the report they were first imported from
