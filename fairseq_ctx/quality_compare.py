@@ -234,12 +234,13 @@ def evaluate(data_bin, ckpt, ref, beam, out_dir, src="zh", tgt="en", gen_args=()
 
 def summarize(bleus):
     xs = list(bleus)
-    return {
+    defined = bool(xs) and all(x is not None and math.isfinite(x) for x in xs)
+    return {  # None, not NaN, where there is nothing (the JSON stays strict)
         "bleu": xs,
-        "mean": statistics.mean(xs) if xs else float("nan"),
-        "std": statistics.stdev(xs) if len(xs) > 1 else 0.0,
-        "min": min(xs) if xs else float("nan"),
-        "max": max(xs) if xs else float("nan"),
+        "mean": statistics.mean(xs) if defined else None,
+        "std": (statistics.stdev(xs) if len(xs) > 1 else 0.0) if defined else None,
+        "min": min(xs) if defined else None,
+        "max": max(xs) if defined else None,
     }
 
 
@@ -272,7 +273,7 @@ def compare(results, baselines, refs, tgt="en", n_samples=1000, alpha=0.05):
         diffs = [results[name][s]["bleu"] - results[base][s]["bleu"] for s in seeds]
         out[name] = {
             "baseline": base, "seeds": seeds,
-            "mean_diff": statistics.mean(diffs) if diffs else float("nan"),
+            "mean_diff": statistics.mean(diffs) if diffs else None,
             "diffs": diffs,
             # seeds as the unit: mean difference, 95 % t CI, paired t and exact Wilcoxon
             "seed_level": seed_difference({s: results[name][s]["bleu"] for s in seeds},
@@ -292,8 +293,8 @@ def _f(x, nd=2):
 
 
 def _ci(st, nd=2):
-    if st.get("ci_low") is None:
-        return _f(st.get("mean_diff"), nd)
+    if st.get("ci_low") is None:  # one seed, no spread, or a diverged seed: the mean alone (or -)
+        return "-" if st.get("mean_diff") is None else f"{st['mean_diff']:+.{nd}f}"
     return f"{st['mean_diff']:+.{nd}f} [{st['ci_low']:+.{nd}f}, {st['ci_high']:+.{nd}f}]"
 
 
@@ -340,6 +341,14 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
           for src, runs in sorted((meta.get("imported_first") or {}).items())),
         *([f"- seed pairs trained in different places (one run imported, or from two reports): "
            f"{'; '.join(meta['mixed_pairs'])}."] if meta.get("mixed_pairs") else []),
+        *([f"- **warning: runs trained with different model code** (SHA-256 of fairseq_ctx/models and modules; "
+           f"this report's code {meta.get('model_code')}): "
+           + "; ".join(f"{code}: {', '.join(runs)}" for code, runs in sorted(meta["model_code_runs"].items()))
+           + ". Their differences may be the code's, not the configs'."]
+          if meta.get("model_code_runs") else []),
+        *([f"- {len(meta['model_code_unrecorded'])} run(s) of fairseq_ctx architectures trained before the model "
+           "code was recorded: whether their code equals the others' is not checked."]
+          if meta.get("model_code_unrecorded") else []),
         "",
         "| config | baseline | BLEU per seed | mean | std | Δ mean vs baseline [95% CI] | p t | p W "
         "| seeds + / - | p bootstrap per seed | sig. better / worse (bootstrap p<0.05) |",
@@ -358,7 +367,7 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
             (_ci(st) if st else _f(c["mean_diff"])) if c else "",
             _f(st.get("p_t"), 3) if c else "",
             _p_wilcoxon(st) if c else "",
-            f"{st['better']} / {st['worse']}" if c and st else "",
+            f"{st['better']} / {st['worse']}" if c and st and st.get("better") is not None else "",
             " / ".join(_f((c["per_seed"][k] or {}).get("p_value"), 3) for k in c["seeds"]) if c else "",
             (f"{c['significant_better']} / {c['significant_worse']}"
              + (f" of {len(c['bootstrap_seeds'])}" if len(c["bootstrap_seeds"]) < len(c["seeds"]) else ""))
@@ -378,6 +387,8 @@ def _cell(curve, u, nd=2):
     if not curve or u not in curve["updates"]:
         return ""
     i = curve["updates"].index(u)
+    if curve["mean"][i] is None:  # a seed diverged there
+        return f"non-finite (seed {', '.join(map(str, (curve.get('non_finite') or {}).get(str(u), [])))})"
     return f"{curve['mean'][i]:.{nd}f} ({curve['min'][i]:.{nd}f}-{curve['max'][i]:.{nd}f})"
 
 
@@ -422,10 +433,22 @@ def curve_markdown(curves, curve_comparisons, baselines, meta, curve_png=None):
 # Driver
 # ---------------------------------------------------------------------------------------
 
+def _strict(obj):
+    """obj with every non-finite float (a diverged loss read from a log) as None: strict JSON,
+    which jq and JavaScript read too (Python's json writes Infinity / NaN)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    return obj
+
+
 def _write_json(path, obj):
     """A result counts as done only when complete: written aside, then renamed."""
     with atomic_write(path) as f:
-        json.dump(obj, f)
+        json.dump(_strict(obj), f, allow_nan=False)
 
 
 def _software():
@@ -437,8 +460,45 @@ def _software():
 
     from .reproduce.runner import git_commit
 
-    return {"git_commit": git_commit(), "torch": torch.__version__, "fairseq": fairseq.__version__,
-            "sacrebleu": sacrebleu.__version__, "python": sys.version.split()[0]}
+    return {"git_commit": git_commit(), "model_code": model_code_sha256(), "torch": torch.__version__,
+            "fairseq": fairseq.__version__, "sacrebleu": sacrebleu.__version__, "python": sys.version.split()[0]}
+
+
+def model_code_sha256(package_dir=PACKAGE_DIR):
+    """SHA-256 (16 hex digits) of the code that defines what a training computes:
+    fairseq_ctx/models and fairseq_ctx/modules, every .py file by relative path and content.
+    The git commit alone misses edits not committed and installed copies (no .git)."""
+    digest = hashlib.sha256()
+    for part in ("models", "modules"):
+        root = os.path.join(package_dir, part)
+        for folder, dirs, files in sorted(os.walk(root)):
+            dirs.sort()
+            # editors' lock files (.#name.py: dangling links) and other non-files are not code
+            for name in sorted(f for f in files if f.endswith(".py") and not f.startswith(".")):
+                path = os.path.join(folder, name)
+                if not os.path.isfile(path):
+                    continue
+                digest.update(os.path.relpath(path, package_dir).replace(os.sep, "/").encode() + b"\0")
+                with open(path, "rb") as handle:
+                    digest.update(handle.read() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def runs_by_model_code(results, names):
+    """({model_code: ["CONFIG seed S", ...]}, ["CONFIG seed S", ...] with no record) over
+    every attempt (trained_with and the earlier attempts a resumed training continued) of the
+    runs of the configs ``names`` (those of fairseq_ctx architectures: stock runs never
+    execute that code)."""
+    out, unrecorded = {}, []
+    for name in sorted(set(names) & set(results)):
+        for seed, rec in sorted(results[name].items()):
+            attempts = [rec.get("trained_with")] + list(rec.get("earlier_attempts") or [])
+            codes = sorted({a.get("model_code") for a in attempts if isinstance(a, dict)} - {None})
+            for code in codes:
+                out.setdefault(code, []).append(f"{name} seed {seed}")
+            if not codes:
+                unrecorded.append(f"{name} seed {seed}")
+    return out, unrecorded
 
 
 def data_fingerprint(data_bin):
@@ -621,6 +681,14 @@ def _run_provenance(threads, words=(), device=None, device_name=None):
             **_software()}
 
 
+def _read_text(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def _read_json(path):
     try:
         with open(path) as f:
@@ -705,6 +773,21 @@ def _with_curves(rec, points, run_dir, updates, valid_points=None):
 
 class ImportedRunMismatch(ValueError):
     """An --import-runs record that does not fit this comparison."""
+
+
+class RunFailed(RuntimeError):
+    """One run's training or scoring failed (``cause``: the error, with the log's tail)."""
+
+    def __init__(self, name, seed, cause):
+        super().__init__(f"{name} seed {seed}: {cause}")
+        self.name, self.seed, self.cause = name, seed, cause
+
+    @property
+    def diverged(self):
+        """fairseq stopped the training on a non-finite loss (fp32: FloatingPointError; fp16 /
+        bf16 with a loss scaler: the minimum loss scale reached)."""
+        text = str(self.cause)
+        return "FloatingPointError" in text or "Minimum loss scale reached" in text
 
 
 def _imported_run(rec, source, name, seed, settings, score_updates, valid_bleu):
@@ -839,7 +922,10 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     def one_run(name, *job):
         with gpu_slots.one([*common, *configs[name]]) as device:
             pin = {"extra_env": {"CUDA_VISIBLE_DEVICES": device}} if device is not None else {}
-            return train_and_score(name, *job, device=device, pin=pin)
+            try:
+                return train_and_score(name, *job, device=device, pin=pin)
+            except (RuntimeError, subprocess.CalledProcessError) as error:
+                raise RunFailed(name, job[0], error) from error
 
     def pinned_name(device):
         return _pinned_gpu_name(gpus, device) if device is not None else None
@@ -1100,8 +1186,9 @@ def _data_record_of(out_dir, data_id):
 def main(argv=None, train_fn=train, eval_fn=evaluate):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", default="work/demo/data",
-                   help="prepared Tatoeba dir (bin/ + raw/test.TGT); prepared with "
-                        "fairseq-ctx-prepare-data tatoeba (scripts/prepare-tatoeba.sh) if missing")
+                   help="prepared data: bin/ (fairseq-preprocess) + raw/test.TGT (raw/valid.TGT with --valid-bleu); "
+                        "a new or empty directory (or one a Tatoeba preparation was started in) is prepared "
+                        "with fairseq-ctx-prepare-data tatoeba (scripts/prepare-tatoeba.sh)")
     p.add_argument("--prep-args", default="", help="extra prepare-tatoeba.sh options (fairseq-ctx-prepare-data tatoeba --help)")
     p.add_argument("--configs", nargs="+", default=["*"],
                    help="globs over configs/demo/*.args names (default: all)")
@@ -1165,7 +1252,13 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     for n, b in baselines.items():
         if b is None and arch_of(configs[n]) not in STOCK_ARCHS:
             print(f"[quality] warning: {n} has no baseline among the selected configs", file=sys.stderr)
-    common = read_args_file(a.common or os.path.join(a.config_dir, "train.common"))
+    common_path = a.common or os.path.join(a.config_dir, "train.common")
+    if not os.path.isfile(common_path):
+        p.error(f"no training settings file {common_path}: "
+                + ("--common names no file" if a.common else
+                   f"put the settings every config shares (optimizer, batch, validation) in {a.config_dir}/"
+                   "train.common or name a file with --common"))
+    common = read_args_file(common_path)
     # the direction is --src / --tgt, given to every training and scoring: settings that name
     # another would be overridden in training only
     for where, words in [("--common", common), *((f"{n}.args", v) for n, v in configs.items())]:
@@ -1218,10 +1311,25 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     ref = os.path.join(a.data_dir, "raw", f"test.{a.tgt}")
     if not (os.path.isdir(data_bin) and os.path.exists(ref)):
         pair = f"{a.src}-{a.tgt}" if a.tgt == "en" else f"{a.tgt}-{a.src}"  # the script's pairs: zh-en, ja-en
+        # Tatoeba is prepared only into a new directory or one it was being prepared in (the
+        # script's DIR/settings; it resumes there): never into a user's own data, whose
+        # outputs would then be scored against Tatoeba references
+        started_here = (_read_text(os.path.join(a.data_dir, "settings")) or "").startswith(("pair=zh-en ", "pair=ja-en "))
+        if os.path.isdir(a.data_dir) and os.listdir(a.data_dir) and not started_here:
+            lacking = [path for path, there in ((data_bin + "/", os.path.isdir(data_bin)), (ref, os.path.exists(ref)))
+                       if not there]
+            p.error(f"--data-dir {a.data_dir} lacks {' and '.join(lacking)}: it needs the fairseq-preprocess output in "
+                    f"bin/ and the raw (untokenised) test references in raw/test.{a.tgt} (raw/valid.{a.tgt} too for "
+                    "--valid-bleu); only an empty or new --data-dir, or one a Tatoeba preparation was started in, "
+                    "is prepared with Tatoeba")
+        if pair not in ("zh-en", "ja-en"):
+            p.error(f"no prepared data in {a.data_dir}, and Tatoeba, which this tool prepares when there is none, "
+                    f"has zh-en and ja-en only (not {a.src} -> {a.tgt}): prepare bin/ and raw/test.{a.tgt} yourself")
         cmd = ["bash", TATOEBA_SCRIPT, "--pair", pair, "--src", a.src, "--tgt", a.tgt,
                "--out", a.data_dir, *shlex.split(a.prep_args)]
         print("[quality] preparing data: " + " ".join(cmd), file=sys.stderr)
-        subprocess.run(cmd, check=True, env=script_env())
+        if subprocess.run(cmd, env=script_env()).returncode != 0:
+            sys.exit("[quality] data preparation failed (its message is above); nothing was trained")
     with open(ref, encoding="utf-8") as f:
         refs = [line.rstrip("\n") for line in f]
     valid_ref = os.path.join(a.data_dir, "raw", f"valid.{a.tgt}") if a.valid_bleu else None
@@ -1304,6 +1412,15 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
         p.error(f"--import-runs: {error}")
     except RunInUse as error:  # found before any training
         p.error(str(error))
+    except RunFailed as error:  # the runs that finished are kept; none is trained again on a rerun
+        print(f"[quality] {error}", file=sys.stderr)
+        why = (f"its training diverged (fairseq stopped it on a non-finite loss). A report counts no diverged run: "
+               f"say so beside the report, and rerun without seed {error.seed} (--seeds) to report the others, "
+               "or change the settings (a lower --lr, a longer warm-up: then every run trains again)"
+               if error.diverged else "fix its cause and rerun")
+        cause = str(error.cause).strip().splitlines()[0] if str(error.cause).strip() else type(error.cause).__name__
+        sys.exit(f"[quality] {error.name} seed {error.seed} failed ({cause}): {why}. The runs that finished are kept in "
+                 f"{a.out_dir} and are not trained again; no report was written.")
     used = {}
     first = {}  # runs a report had imported itself: the report they were first imported from
     for n in results:
@@ -1321,6 +1438,14 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
              for s in a.seeds if s in results[n] and s in results[b] and origin(results[n][s]) != origin(results[b][s])]
     for pair in mixed:
         log(f"[quality] warning: {pair}: the two runs were trained in different places (see --import-runs)")
+    # runs reused ("done already", imported) under edited model code would be compared as if equal
+    by_code, unrecorded = runs_by_model_code(results, [n for n in configs if arch_of(configs[n]) not in STOCK_ARCHS])
+    model_code_runs = by_code if set(by_code) - {software["model_code"]} else None
+    for code, runs in sorted((model_code_runs or {}).items()):
+        if code != software["model_code"]:
+            log(f"[quality] warning: {len(runs)} run(s) trained with other model code ({code}; this code: "
+                f"{software['model_code']}): {', '.join(runs)}; to train them with this code, delete their run "
+                "directories (imported runs: leave out their --import-runs report)")
     summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
     comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
     curves, curve_comparisons = learning_curves(results, baselines, a.seeds)
@@ -1334,6 +1459,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
             if curve_updates else None,
             "imported": used or None, "imported_first": first or None,
             "import_sources": {src: import_sources[src] for src in used} or None, "mixed_pairs": mixed or None,
+            "model_code_runs": model_code_runs, "model_code_unrecorded": unrecorded or None,
             "command": " ".join(shlex.quote(x) for x in sys.argv), **software}
     # a plot only when there is a curve: intermediate BLEU points or logged validations
     has_valid_bleu = any((c.get("valid_bleu") or {}).get("updates") for c in curves.values())
@@ -1364,7 +1490,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     # either replaces its old version (then two renames), so a kill leaves no new JSON beside an old markdown
     with atomic_write(a.json or os.path.join(a.out_dir, "quality.json")) as json_file, \
             atomic_write(md_path) as md_file:
-        json.dump(out, json_file, indent=1)
+        json.dump(_strict(out), json_file, indent=1, allow_nan=False)
         md_file.write(md)
     return out
 

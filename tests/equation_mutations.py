@@ -3,7 +3,8 @@
     python tests/equation_mutations.py [sentential|context_aware|cross_agg|multihop ...]
 
 For each mutation: apply its edits to the model code, run the family's
-tests/test_<family>_equations_end_to_end.py, restore the files (always, in a
+tests/test_<family>_equations_end_to_end.py (or the test a mutation names: attention dropout,
+which the equation tests switch off), restore the files (always, in a
 ``finally``), and print CAUGHT (an equation assertion failed), CRASHED (the mutated code
 only raised: not evidence that the tests check the equation) or MISSED. Run it on a clean
 checkout: it rewrites fairseq_ctx/ files while a mutation's tests run. Not a pytest
@@ -22,7 +23,7 @@ CROSS_AGG = "fairseq_ctx/models/transformer_cross_agg.py"
 MULTIHOP_MODULE = "fairseq_ctx/modules/multihop_attention.py"
 MULTIHOP_MODEL = "fairseq_ctx/models/lstm_multihop.py"
 
-# family -> (test file, [(mutation, [(file, old text, new text), ...]), ...])
+# family -> (test file, [(mutation, [(file, old text, new text), ...][, test to run instead]), ...])
 MUTATIONS = {
     "sentential": (
         "tests/test_sentential_equations_end_to_end.py",
@@ -76,6 +77,34 @@ MUTATIONS = {
                      'layer_states = states[1:]'),
                 ],
             ),
+            (
+                "(h) TAM built with the encoder's head count (unequal sides)",
+                [
+                    (SENTENTIAL, '                    cfg.decoder.attention_heads,\n',
+                     '                    cfg.encoder.attention_heads,\n'),
+                ],
+            ),
+            (
+                "(i) the attentive pooling built with the decoder's head count (unequal sides)",
+                [
+                    (SENTENTIAL, '                cfg.encoder.attention_heads,\n',
+                     '                cfg.decoder.attention_heads,\n'),
+                ],
+            ),
+            (
+                "(j) FFN_l as wide as the encoder's FFN (unequal sides)",
+                [
+                    (SENTENTIAL, '                cfg.decoder.ffn_embed_dim,\n',
+                     '                cfg.encoder.ffn_embed_dim,\n'),
+                ],
+            ),
+            (
+                "(k) FFN_l's g block sized by the decoder's width (a decoder wider than the encoder)",
+                [
+                    (SENTENTIAL, '                self.embed_dim,\n                cfg.encoder.embed_dim,\n',
+                     '                self.embed_dim,\n                cfg.decoder.embed_dim,\n'),
+                ],
+            ),
         ],
     ),
     "context_aware": (
@@ -123,6 +152,27 @@ MUTATIONS = {
                      'logit = logit'),
                 ],
             ),
+            (
+                "(7) decoder layers built with the encoder's head count (unequal sides)",
+                [
+                    (CONTEXT_AWARE, '            cfg.decoder.attention_heads,\n', '            cfg.encoder.attention_heads,\n'),
+                ],
+            ),
+            (
+                '(8) no attention dropout on the fused (training) path',
+                [
+                    (CONTEXT_AWARE, 'attn_mask=mask, dropout_p=dropout_p)', 'attn_mask=mask, dropout_p=0.0)'),
+                ],
+                "tests/test_context_aware_model.py::test_attention_dropout_drops_the_contextualised_probabilities",
+            ),
+            (
+                '(9) decoder layers built without attention dropout',
+                [
+                    (CONTEXT_AWARE, '            cfg.decoder.attention_heads,\n            dropout=cfg.attention_dropout,',
+                     '            cfg.decoder.attention_heads,\n            dropout=0.0,'),
+                ],
+                "tests/test_context_aware_model.py::test_attention_dropout_reaches_every_contextualised_layer",
+            ),
         ],
     ),
     "cross_agg": (
@@ -158,6 +208,28 @@ MUTATIONS = {
                     (CROSS_AGG, '            routing=routing_options(cfg, causal=True),',
                      '            routing=routing_options(cfg, causal=False),'),
                 ],
+            ),
+            (
+                "(5) decoder layers built with the encoder's head count (unequal sides)",
+                [
+                    (CROSS_AGG, '            cfg.decoder.attention_heads,\n', '            cfg.encoder.attention_heads,\n'),
+                ],
+            ),
+            (
+                '(6) no attention dropout after the routed softmax',
+                [
+                    (CROSS_AGG, 'attn_probs = self.dropout_module(attn_weights_float.type_as(logits))',
+                     'attn_probs = attn_weights_float.type_as(logits)'),
+                ],
+                "tests/test_cross_agg_model.py::test_attention_dropout_drops_the_routed_probabilities",
+            ),
+            (
+                '(7) encoder layers built without attention dropout',
+                [
+                    (CROSS_AGG, '            cfg.encoder.attention_heads,\n            dropout=cfg.attention_dropout,',
+                     '            cfg.encoder.attention_heads,\n            dropout=0.0,'),
+                ],
+                "tests/test_cross_agg_model.py::test_attention_dropout_reaches_every_routed_layer",
             ),
         ],
     ),
@@ -198,8 +270,9 @@ MUTATIONS = {
 
 
 def run(family):
-    test, mutations = MUTATIONS[family]
-    for name, edits in mutations:
+    family_test, mutations = MUTATIONS[family]
+    for name, edits, *instead in mutations:
+        test = instead[0] if instead else family_test
         originals = {}
         try:
             for path, old, new in edits:

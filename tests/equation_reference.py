@@ -26,6 +26,17 @@ from torch import Tensor
 
 Params = Dict[str, Tensor]
 
+# unequal sides (3 vs 2 layers, 2 vs 4 heads, FFN 32 vs 24; d = 16, dropout off): an encoder
+# setting read where the decoder's is meant, or the reverse, passes every equal-sized case
+UNEQUAL_SIZES = [
+    "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--encoder-layers", "3",
+    "--encoder-attention-heads", "2", "--decoder-embed-dim", "16",
+    "--decoder-ffn-embed-dim", "24", "--decoder-layers", "2",
+    "--decoder-attention-heads", "4",
+    "--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0",
+]  # fmt: skip
+UNEQUAL_HEADS = (2, 4)  # encoder, decoder
+
 
 @contextlib.contextmanager
 def float64_throughout():

@@ -121,7 +121,7 @@ def test_failed_run_raises_and_leaves_no_result(qc, tmp_path):
     def fake_eval(data_bin, ckpt, ref, beam, out_dir, gen_args=()):
         return {"bleu": 1.0, "sentences": 1}, ["x"]
 
-    with pytest.raises(RuntimeError, match="training failed"):
+    with pytest.raises(qc.RunFailed, match="01-broken seed 1: training failed"):
         qc.run(configs, qc.assign_baselines(configs), [1], 10, [], "bin", "ref", str(tmp_path),
                train_fn=train_or_fail, eval_fn=fake_eval, log=lambda m: None, jobs=2)
     assert not os.path.exists(tmp_path / "runs" / "01-broken" / "seed1" / "result.json")

@@ -109,13 +109,14 @@ def context_hook(p, stack, context_type, apply_to, gated, causal, gate_bias=Fals
 
 
 def reference_logits(p, src_tokens, prev_tokens, encoder_context, decoder_context, apply_to, gated, pre_norm,
-                     gate_bias=False):
+                     gate_bias=False, heads=(HEADS, HEADS)):
+    """``heads``: (encoder, decoder) heads; the decoder's encoder attention has the decoder's."""
     encoder = R.transformer_encoder(
-        p, src_tokens, PAD, HEADS, pre_norm,
+        p, src_tokens, PAD, heads[0], pre_norm,
         self_attention_hook=context_hook(p, "encoder", encoder_context, apply_to, gated, False, gate_bias),
     )  # fmt: skip
     return R.transformer_decoder(
-        p, prev_tokens, encoder, PAD, HEADS, pre_norm,
+        p, prev_tokens, encoder, PAD, heads[1], pre_norm,
         self_attention_hook=context_hook(p, "decoder", decoder_context, apply_to, gated, True, gate_bias),
     )  # fmt: skip
 
@@ -131,10 +132,15 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("encoder_context, decoder_context, apply_to, gated, pre_norm, gate_bias", CASES)
-def test_logits_equal_the_papers_equations(encoder_context, decoder_context, apply_to, gated, pre_norm, gate_bias):
+@pytest.mark.parametrize("encoder_context, decoder_context, apply_to, gated, pre_norm, gate_bias, sizes",
+                         [(*case, "equal") for case in CASES]
+                         + [("deep_global+deep", "deep_global+deep", "both", True, False, None, "unequal")])
+def test_logits_equal_the_papers_equations(encoder_context, decoder_context, apply_to, gated, pre_norm, gate_bias,
+                                           sizes):
+    heads = R.UNEQUAL_HEADS if sizes == "unequal" else (HEADS, HEADS)
     args = ["--arch", "transformer_context_aware", "--encoder-context", encoder_context,
-            "--decoder-context", decoder_context, "--context-apply", apply_to, *TINY,
+            "--decoder-context", decoder_context, "--context-apply", apply_to,
+            *(R.UNEQUAL_SIZES if sizes == "unequal" else TINY),
             *([] if gated else ["--no-context-gate"]), *(PRE_NORM if pre_norm else []),
             *([] if gate_bias is None else ["--context-gate-bias", gate_bias])]  # fmt: skip
     model = build_model(args, vocab_size=40)[0].double()
@@ -144,7 +150,7 @@ def test_logits_equal_the_papers_equations(encoder_context, decoder_context, app
     src_tokens, src_lengths, prev, _ = random_batch(model, (7, 5, 3), (4, 6, 2))
     assert src_tokens.eq(PAD).any() and prev.eq(PAD).any()
     expected = reference_logits(
-        p, src_tokens, prev, encoder_context, decoder_context, apply_to, gated, pre_norm, gate_bias is not None
+        p, src_tokens, prev, encoder_context, decoder_context, apply_to, gated, pre_norm, gate_bias is not None, heads
     )
     for train in (True, False):
         model.train(train)

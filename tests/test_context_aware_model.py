@@ -365,6 +365,42 @@ def test_attention_weights_path_matches_fused_path():
     torch.testing.assert_close(outputs[1][1].sum(-1), torch.ones(3, 5))
 
 
+def test_attention_dropout_reaches_every_contextualised_layer():
+    model = tiny_model(*context(encoder="deep_global", decoder="deep_global"), "--attention-dropout", "0.3")
+    layers = [*model.encoder.layers, *model.decoder.layers]
+    assert all(layer.self_attn.contextualizer is not None for layer in layers)
+    assert [layer.self_attn.dropout_module.p for layer in layers] == [0.3] * 6
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+def test_attention_dropout_drops_the_contextualised_probabilities(need_weights):
+    """Train mode with --attention-dropout, on both paths (fused SDPA: training; explicit:
+    alignment): out_proj(dropout(softmax(Q^ K^T / sqrt(d) + mask)) V), the mask replayed from
+    the same RNG state. (The equation tests run with attention dropout 0.)"""
+    model = tiny_model(*context(encoder="deep_global"), "--attention-dropout", "0.3").train()
+    attention = model.encoder.layers[1].self_attn
+    x = torch.randn(5, 3, 16)
+    padding = torch.zeros(3, 5, dtype=torch.bool)
+    padding[1, 3:] = True
+
+    def layer_two(**options):  # layer 1 records its input for layer 2's deep context
+        model.encoder.context_history.clear()
+        model.encoder.layers[0].self_attn(x, x, x, key_padding_mask=padding, need_weights=False)
+        torch.manual_seed(7)
+        return attention(x, x, x, key_padding_mask=padding, **options)
+
+    out, _ = layer_two(need_weights=need_weights)
+    with torch.no_grad():
+        scores, v = layer_two(before_softmax=True)  # Q^ K^T scaled and masked (Eq. 5-7 elsewhere)
+    probs = scores.softmax(-1)
+    torch.manual_seed(7)
+    dropped = torch.nn.functional.dropout(probs, 0.3, training=True)
+    expected = attention.out_proj((dropped @ v).view(3, 2, 5, 8).permute(2, 0, 1, 3).reshape(5, 3, 16))
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+    without = attention.out_proj((probs @ v).view(3, 2, 5, 8).permute(2, 0, 1, 3).reshape(5, 3, 16))
+    assert (out - without).abs().max() > 1e-2  # the mask did something
+
+
 def test_layer_run_out_of_order_fails_loudly():
     model = tiny_model(*context("deep"))
     model.encoder.context_history.clear()

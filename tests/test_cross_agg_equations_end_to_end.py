@@ -108,19 +108,22 @@ def routed_logits(E, query_padding, head_weight, vertical, horizontal, init, ite
     return E + routed  # -inf stays -inf at masked keys
 
 
-def routing_hook(p, stack, options, causal):
+def routing_hook(p, stack, options, causal, heads):
     def hook(l, h, padding_mask):
         weight = p.get(f"{stack}.layers.{l - 1}.self_attn.cross_aggregation.head_weight.weight")
+        # Eq. 13: W^v maps the H head sums to H weights, H this stack's heads
+        assert weight is None or tuple(weight.shape) == (heads, heads), f"{stack} W^v {tuple(weight.shape)}, H = {heads}"
         return {"logit_hook": lambda E: routed_logits(E, padding_mask, weight, causal=causal, **options)}
 
     return hook
 
 
-def reference_logits(p, src_tokens, prev_tokens, side, options, pre_norm):
-    encoder_hook = routing_hook(p, "encoder", options, False) if side in ("encoder", "both") else None
-    decoder_hook = routing_hook(p, "decoder", options, True) if side in ("decoder", "both") else None
-    encoder = R.transformer_encoder(p, src_tokens, PAD, HEADS, pre_norm, self_attention_hook=encoder_hook)
-    return R.transformer_decoder(p, prev_tokens, encoder, PAD, HEADS, pre_norm, self_attention_hook=decoder_hook)
+def reference_logits(p, src_tokens, prev_tokens, side, options, pre_norm, heads=(HEADS, HEADS)):
+    """``heads``: (encoder, decoder) heads; the decoder's encoder attention has the decoder's."""
+    encoder_hook = routing_hook(p, "encoder", options, False, heads[0]) if side in ("encoder", "both") else None
+    decoder_hook = routing_hook(p, "decoder", options, True, heads[1]) if side in ("decoder", "both") else None
+    encoder = R.transformer_encoder(p, src_tokens, PAD, heads[0], pre_norm, self_attention_hook=encoder_hook)
+    return R.transformer_decoder(p, prev_tokens, encoder, PAD, heads[1], pre_norm, self_attention_hook=decoder_hook)
 
 
 CASES = [
@@ -134,10 +137,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("side, vertical, horizontal, init, iterations, pre_norm", CASES)
-def test_logits_equal_the_papers_equations(side, vertical, horizontal, init, iterations, pre_norm):
+@pytest.mark.parametrize("side, vertical, horizontal, init, iterations, pre_norm, sizes",
+                         [(*case, "equal") for case in CASES] + [("both", True, True, "self", 2, False, "unequal")])
+def test_logits_equal_the_papers_equations(side, vertical, horizontal, init, iterations, pre_norm, sizes):
+    heads = R.UNEQUAL_HEADS if sizes == "unequal" else (HEADS, HEADS)
     args = ["--arch", "transformer_cross_agg", "--routing-side", side, "--routing-init", init,
-            "--routing-iters", str(iterations), *TINY,
+            "--routing-iters", str(iterations), *(R.UNEQUAL_SIZES if sizes == "unequal" else TINY),
             "--routing-vertical" if vertical else "--no-routing-vertical",
             "--routing-horizontal" if horizontal else "--no-routing-horizontal",
             *(PRE_NORM if pre_norm else [])]  # fmt: skip
@@ -146,7 +151,7 @@ def test_logits_equal_the_papers_equations(side, vertical, horizontal, init, ite
     src_tokens, src_lengths, prev, _ = random_batch(model, (7, 5, 3), (4, 6, 2))
     assert src_tokens.eq(PAD).any() and prev.eq(PAD).any()
     options = dict(vertical=vertical, horizontal=horizontal, init=init, iterations=iterations)
-    expected = reference_logits(R.state_params(model), src_tokens, prev, side, options, pre_norm)
+    expected = reference_logits(R.state_params(model), src_tokens, prev, side, options, pre_norm, heads)
     for train in (True, False):
         model.train(train)
         with torch.no_grad():

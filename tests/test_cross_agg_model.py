@@ -155,6 +155,41 @@ def test_attention_softmax_uses_routed_logits_eq9():
     assert not torch.allclose(probs, logits.softmax(-1), atol=1e-3)
 
 
+def test_attention_dropout_reaches_every_routed_layer():
+    model = build_tiny("--routing-side", "both", "--attention-dropout", "0.3")
+    attentions = routed_attentions(model)
+    assert len(attentions) == 4 and [a.dropout_module.p for a in attentions] == [0.3] * 4
+
+
+def test_attention_dropout_drops_the_routed_probabilities():
+    """Train mode with --attention-dropout: out_proj(dropout(softmax(E + Omega^v + Omega^h)) V),
+    fairseq's placement; the reference replays F.dropout's mask from the same RNG state. (The
+    equation tests run with attention dropout 0, so a tail that lost it passed them.)"""
+    torch.manual_seed(0)
+    attention = CrossAggregationMultiheadAttention(
+        8, 2, dropout=0.3, self_attention=True,
+        routing=dict(vertical=True, horizontal=True, init="self", iters=3, causal=False)).train()
+    with torch.no_grad():
+        attention.cross_aggregation.head_weight.weight.normal_(std=0.1)
+    x = torch.randn(5, 2, 8)
+    padding = torch.tensor([[True, True, False, False, False], [False] * 5])
+    torch.manual_seed(7)
+    out, _ = attention(x, x, x, key_padding_mask=padding, need_weights=False)
+
+    q = attention.q_proj(x) * attention.scaling
+    k, v = attention.k_proj(x), attention.v_proj(x)
+    split = lambda t: t.view(5, 2, 2, 4).permute(1, 2, 0, 3)  # (bsz, H, L, d_head)
+    logits = (split(q) @ split(k).transpose(-1, -2)).masked_fill(padding[:, None, None, :], float("-inf"))
+    routed, _ = attention.cross_aggregation(logits, padding)
+    probs = (logits + routed).softmax(-1)
+    torch.manual_seed(7)
+    dropped = torch.nn.functional.dropout(probs, 0.3, training=True)
+    expected = attention.out_proj((dropped @ split(v)).permute(2, 0, 1, 3).reshape(5, 2, 8))
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+    without = attention.out_proj((probs @ split(v)).permute(2, 0, 1, 3).reshape(5, 2, 8))
+    assert (out - without).abs().max() > 1e-2  # the mask did something
+
+
 @pytest.mark.parametrize(
     "extra,message",
     [

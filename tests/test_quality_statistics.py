@@ -151,10 +151,11 @@ def test_edge_cases_pairing_ties_and_undefined_values():
     st = seed_difference([12.0], [10.0])
     assert st["mean_diff"] == 2.0 and st["ci_low"] is None and st["p_t"] is None
     assert "one seed" in st["note"]
-    # identical non-zero differences: no spread -> the t-test is undefined (not p = 0), CI collapses
+    # identical non-zero differences: no spread -> the t-test is undefined (not p = 0), and
+    # so is the CI (a zero-width [+1, +1] would read as certainty that rounding produced)
     st = seed_difference([11.0, 12.0, 13.0], [10.0, 11.0, 12.0])
-    assert st["p_t"] is None and "t-test undefined" in st["note"]
-    assert st["ci_low"] == pytest.approx(1.0) and st["ci_high"] == pytest.approx(1.0)
+    assert st["p_t"] is None and "t-test undefined" in st["note"] and "no CI" in st["note"]
+    assert st["mean_diff"] == pytest.approx(1.0) and st["ci_low"] is None and st["ci_high"] is None
     # no difference at all: no test
     st = seed_difference([1.0, 2.0], [1.0, 2.0])
     assert st["p_t"] is None and st["p_wilcoxon"] is None and st["ties"] == 2
@@ -162,6 +163,31 @@ def test_edge_cases_pairing_ties_and_undefined_values():
     with pytest.raises(ValueError):
         seed_difference([1.0], [1.0, 2.0])
     json.dumps(st, allow_nan=False)
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan])
+def test_a_diverged_seed_gives_no_statistics_and_is_named(bad, qc):
+    assert qc.summarize([20.0, bad])["mean"] is None and qc.summarize([20.0, 21.0])["mean"] == 20.5
+    """fairseq logs 'loss inf' / 'loss nan' when a training diverges: the comparison must
+    not crash after hours of training, and must not average the seed away either."""
+    st = seed_difference({1: 5.1, 2: bad, 3: 5.3}, {1: 5.0, 2: 5.2, 3: 5.2}, higher_is_better=False)
+    assert st["mean_diff"] is None and st["ci_low"] is None and st["p_t"] is None and st["p_wilcoxon"] is None
+    assert "seed(s) 2" in st["note"] and st["diffs"][1] is None and st["seeds"] == [1, 2, 3]
+    json.dumps(st, allow_nan=False)
+    assert "pair(s) 1" in seed_difference([bad, 1.0], [0.0, 0.5])["note"]
+
+
+def test_a_curve_with_a_diverged_seed_keeps_the_point_as_a_gap_not_a_value(qc, tmp_path):
+    curve = curve_summary({1: {10: 9.0, 20: 8.0}, 2: {10: 9.2, 20: math.inf}, 3: {10: 9.1, 20: 8.2}})
+    assert curve["mean"][0] == pytest.approx(9.1) and curve["sd"][0] == pytest.approx(0.1)
+    assert curve["mean"][1] is None and curve["min"][1] is None and curve["max"][1] is None
+    assert curve["non_finite"] == {"20": [2]} and curve["per_seed"]["2"] == {"10": 9.2, "20": None}
+    json.dumps(curve, allow_nan=False)
+    assert qc._cell(curve, 20, 3) == "non-finite (seed 2)" and qc._cell(curve, 10, 3) == "9.100 (9.000-9.200)"
+    path = str(tmp_path / "curves.png")
+    plot_learning_curves({"00-base": {"valid_loss": curve}}, [("00-base", None)], path,
+                         metrics=[("valid_loss", "valid loss")])
+    assert os.path.getsize(path) > 1000
 
 
 def tied_signed_rank_p(diffs):
@@ -849,6 +875,110 @@ def test_data_is_prepared_with_the_scripts_own_pair_and_the_direction(qc, study,
         assert prepared[-1][:6] == ["--pair", pair, "--src", src, "--tgt", tgt]
 
 
+def _preparations_recorded(qc, monkeypatch, rc=0):
+    prepared, run = [], qc.subprocess.run
+
+    def recorded(cmd, **kwargs):
+        if cmd[:2] == ["bash", qc.TATOEBA_SCRIPT]:
+            prepared.append(cmd[2:])
+            if rc:
+                return types.SimpleNamespace(returncode=rc)
+            raise SystemExit("recorded")  # the test stops here
+        return run(cmd, **kwargs)
+
+    monkeypatch.setattr(qc.subprocess, "run", recorded)
+    return prepared
+
+
+@pytest.mark.parametrize("lack", ["raw", "bin and raw"])
+def test_a_data_dir_of_ones_own_is_never_filled_with_tatoeba(qc, study, monkeypatch, capsys, lack):
+    """A user's data without the raw references: preparing Tatoeba into it would score their
+    model's output against Tatoeba references (same count: silently)."""
+    prepared = _preparations_recorded(qc, monkeypatch)
+    shutil.rmtree(study.data / "raw")
+    if lack == "bin and raw":
+        shutil.rmtree(study.data / "bin")
+        (study.data / "README").write_text("my corpus\n")
+    before = sorted(p.name for p in study.data.iterdir())
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and not prepared and not study.fakes.train_calls
+    assert f"lacks {'' if lack == 'raw' else str(study.data / 'bin') + '/ and '}{study.data / 'raw' / 'test.en'}" in err
+    assert sorted(p.name for p in study.data.iterdir()) == before
+
+
+def test_a_data_dir_another_script_prepared_is_not_handed_to_tatoeba(qc, study, monkeypatch, capsys):
+    prepared = _preparations_recorded(qc, monkeypatch)
+    shutil.rmtree(study.data / "raw")
+    (study.data / "settings").write_text("corpus=wmt14 pair=en-de merges=32000\n")  # prepare-wmt.sh's kind
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study)
+    assert e.value.code == 2 and not prepared and "lacks" in capsys.readouterr().err
+
+
+def test_a_tatoeba_preparation_that_was_cut_off_is_resumed(qc, study, monkeypatch, tmp_path):
+    prepared = _preparations_recorded(qc, monkeypatch)
+    data = tmp_path / "cut"
+    (data / "raw.partial").mkdir(parents=True)
+    (data / "settings").write_text("pair=zh-en src=zh tgt=en merges=3000 valid=1000 test=1000 limit=all\n")
+    with pytest.raises(SystemExit, match="recorded"):
+        _main(qc, study, "--data-dir", str(data))
+    assert prepared and prepared[0][prepared[0].index("--out") + 1] == str(data)
+
+
+def test_a_pair_tatoeba_does_not_have_fails_in_one_line_and_a_failed_preparation_trains_nothing(
+        qc, study, monkeypatch, tmp_path, capsys):
+    prepared = _preparations_recorded(qc, monkeypatch, rc=2)
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study, "--data-dir", str(tmp_path / "new-de"), "--src", "de", "--tgt", "en")
+    assert e.value.code == 2 and not prepared and "has zh-en and ja-en only (not de -> en)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study, "--data-dir", str(tmp_path / "new"))
+    assert len(prepared) == 1 and "data preparation failed" in str(e.value.code) and not study.fakes.train_calls
+
+
+def test_a_valid_loss_that_diverged_is_a_gap_in_the_report_and_the_json_stays_strict(qc, study, monkeypatch):
+    loss = _loss
+
+    def diverged_in_seed_2(arch, seed, u):
+        return math.inf if (arch, seed, u) == ("transformer_x", 2, UPDATES) else loss(arch, seed, u)
+
+    monkeypatch.setitem(globals(), "_loss", diverged_in_seed_2)
+    _main(qc, study, "--curve-updates", "20,40")
+    text = (study.out / "quality.json").read_text()
+    q = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in quality.json"))
+    assert q["runs"]["01-good"]["2"]["valid"][str(UPDATES)]["loss"] is None
+    assert q["curves"]["01-good"]["valid_loss"]["non_finite"] == {str(UPDATES): [2]}
+    assert "seed(s) 2" in q["curve_comparisons"]["01-good"]["valid_loss"][str(UPDATES)]["note"]
+    assert "non-finite (seed 2)" in (study.out / "quality.md").read_text()
+
+
+def test_a_diverged_training_stops_with_one_message_and_keeps_the_finished_runs(qc, study, capsys):
+    train = study.fakes.train
+
+    def diverges(data_bin, common, arch_args, updates, seed, save_dir, *args, **kwargs):
+        if arch_args[1] == "transformer_x" and seed == 2:
+            raise RuntimeError(f"training failed (rc 1), log {save_dir}/../train.log:\n"
+                               "FloatingPointError: gradients are Nan/Inf")
+        return train(data_bin, common, arch_args, updates, seed, save_dir, *args, **kwargs)
+
+    with pytest.raises(SystemExit) as e:
+        qc.main(study.argv + ["--seeds", "1", "2"], train_fn=diverges, eval_fn=study.fakes.evaluate)
+    assert "01-good seed 2 failed (training failed (rc 1), log" in str(e.value.code)
+    assert "its training diverged" in str(e.value.code)
+    assert "rerun without seed 2 (--seeds)" in str(e.value.code) and "FloatingPointError" in capsys.readouterr().err
+    assert (study.out / "runs" / "01-good" / "seed1" / "result.json").exists()
+    assert not (study.out / "quality.json").exists() and not (study.out / "quality.md").exists()
+
+
+def test_a_config_dir_without_shared_settings_is_a_usage_error(qc, study, capsys):
+    (pathlib.Path(study.argv[study.argv.index("--config-dir") + 1]) / "train.common").unlink()
+    with pytest.raises(SystemExit) as e:
+        _main(qc, study)
+    assert e.value.code == 2 and "no training settings file" in capsys.readouterr().err
+
+
 def test_a_gpu_whose_name_cannot_be_read_is_still_pinned_without_a_false_warning(qc, study, monkeypatch, capsys):
     unnamed = "unnamed GPU (its name could not be read: RuntimeError)"
     monkeypatch.setattr(qc, "_GPU_PROBE", {"result": (unnamed, 2, [unnamed, "NVIDIA H100 80GB HBM3"])})
@@ -999,7 +1129,7 @@ def test_a_beam_change_without_kept_checkpoints_says_it_trains_again(qc, study, 
 def test_scoring_interrupted_resumes_without_retraining(qc, study):
     fk = study.fakes
     fk.fail_eval_at = 40
-    with pytest.raises(RuntimeError, match="killed while scoring"):
+    with pytest.raises(SystemExit, match="killed while scoring"):
         _main(qc, study, "--curve-updates", "20,40", "--seeds", "1", "--configs", "00-*")
     run_dir = study.out / "runs" / "00-transformer" / "seed1"
     assert (run_dir / "result.json").exists() and (run_dir / "curve" / "upd20" / "result.json").exists()
@@ -1018,7 +1148,7 @@ def test_a_resumed_training_is_marked_so_its_seconds_are_not_read_as_the_whole(q
     fk = study.fakes
     fk.fail_eval_at = UPDATES
     for seed in ("1", "2"):  # one at a time: a failure stops runs not yet started
-        with pytest.raises(RuntimeError, match="killed while scoring"):
+        with pytest.raises(SystemExit, match="killed while scoring"):
             _main(qc, study, "--seeds", seed, "--configs", "00-*")
     # seed 1 killed while training after its checkpoint at update 25 (started.json and
     # checkpoint_last.pt, no trained.json): fairseq resumes from 25
@@ -1042,7 +1172,7 @@ def _kill_after_training(qc, study, seed, last_at):
     started.json and the checkpoint are there, trained.json is not."""
     fk = study.fakes
     fk.fail_eval_at, fk.allow_resume = UPDATES, True
-    with pytest.raises(RuntimeError, match="killed while scoring"):
+    with pytest.raises(SystemExit, match="killed while scoring"):
         _main(qc, study, "--seeds", str(seed), "--configs", "00-*")
     ck = study.out / "runs" / "00-transformer" / f"seed{seed}" / "checkpoints"
     (ck / "trained.json").unlink()
@@ -1100,6 +1230,50 @@ def test_each_run_records_where_and_with_what_it_trained(qc, study):
     assert with_["threads"] == 1 and with_["host"] and with_["torch"] and "git_commit" in with_
     assert with_ == json.loads((study.out / "runs" / "00-transformer" / "seed1" / "result.json").read_text())[
         "trained_with"]
+
+
+def test_the_model_code_fingerprint_follows_models_and_modules_only(qc, tmp_path):
+    package = tmp_path / "pkg"
+    for folder in ("models", "modules", "models/sub", "analysis"):
+        (package / folder).mkdir(parents=True)
+    for path in ("models/a.py", "modules/b.py", "models/sub/c.py", "analysis/d.py"):
+        (package / path).write_text("x = 1\n")
+    first = qc.model_code_sha256(str(package))
+    (package / "analysis" / "d.py").write_text("x = 2\n")
+    (package / "models" / "notes.txt").write_text("not code\n")
+    assert qc.model_code_sha256(str(package)) == first
+    os.symlink(package / "models" / "gone.py", package / "models" / ".#a.py")  # an editor's lock: dangling
+    assert qc.model_code_sha256(str(package)) == first
+    (package / "models" / "sub" / "c.py").write_text("x = 2\n")
+    assert qc.model_code_sha256(str(package)) != first and len(first) == 16
+    assert qc.model_code_sha256() == qc._software()["model_code"]
+
+
+def test_runs_reused_after_the_model_code_changed_are_named_in_the_report(qc, study, monkeypatch, capsys):
+    """'done already' runs (and imported ones) are reused by their settings; edited model code
+    is not in those, so a comparison would silently mix two versions of an architecture."""
+    q = _main(qc, study, "--seeds", "1", "2")
+    code = q["meta"]["model_code"]
+    assert q["meta"]["model_code_runs"] is None and q["runs"]["01-good"]["1"]["trained_with"]["model_code"] == code
+    capsys.readouterr()
+    monkeypatch.setattr(qc, "model_code_sha256", lambda package_dir=None: "edited0000000000")
+    shutil.rmtree(study.out / "runs" / "01-good" / "seed2")  # trained again, with the edited code
+    q = _main(qc, study, "--seeds", "1", "2")
+    err = capsys.readouterr().err
+    # the stock transformer's runs never execute fairseq_ctx's model code: not flagged
+    assert q["meta"]["model_code_runs"] == {code: ["01-good seed 1"], "edited0000000000": ["01-good seed 2"]}
+    assert f"1 run(s) trained with other model code ({code}; this code: edited0000000000): 01-good seed 1" in err
+    md = (study.out / "quality.md").read_text()
+    assert "warning: runs trained with different model code" in md and f"{code}: 01-good seed 1" in md
+    # a run from before the record: named as unchecked, not as equal
+    record = study.out / "runs" / "01-good" / "seed1" / "result.json"
+    rec = json.loads(record.read_text())
+    del rec["trained_with"]["model_code"]
+    record.write_text(json.dumps(rec))
+    q = _main(qc, study, "--seeds", "1", "2")
+    assert q["meta"]["model_code_unrecorded"] == ["01-good seed 1"] and q["meta"]["model_code_runs"] is None
+    assert "1 run(s) of fairseq_ctx architectures trained before the model code was recorded" in (
+        study.out / "quality.md").read_text()
 
 
 def test_provenance_names_the_gpu_unless_the_settings_say_cpu(qc, study, monkeypatch):
@@ -1380,7 +1554,7 @@ def test_a_cut_off_last_checkpoint_resumes_from_the_newest_whole_one(qc, study, 
     fk = study.fakes
     fk.fail_eval_at, fk.allow_resume = UPDATES, True
     curve = ("--curve-updates", "10,20,40")
-    with pytest.raises(RuntimeError, match="killed while scoring"):
+    with pytest.raises(SystemExit, match="killed while scoring"):
         _main(qc, study, "--seeds", "1", "--configs", "00-*", *curve)
     ck = study.out / "runs" / "00-transformer" / "seed1" / "checkpoints"
     (ck / "trained.json").unlink()
@@ -1419,7 +1593,7 @@ def test_an_epoch_end_point_is_not_recovered_under_a_schedule_that_depends_on_ma
     learning-rate curve under cosine / tri_stage: refused with one message, not joined."""
     (study.out.parent / "configs" / "train.common").write_text(
         "--lr 1e-3 --lr-scheduler cosine --disable-validation --no-epoch-checkpoints\n")
-    with pytest.raises(RuntimeError, match="--lr-scheduler cosine depends on --max-update"):
+    with pytest.raises(SystemExit, match="--lr-scheduler cosine depends on --max-update"):
         _main(qc, study, "--curve-updates", f"10,{EPOCH}", "--seeds", "1", "--configs", "00-*")
     assert not any(call["restore"] for call in study.fakes.train_calls)
 
@@ -1520,7 +1694,7 @@ def test_every_run_is_locked_while_the_comparison_trains_and_freed_after(qc, stu
             raise RuntimeError("training failed")
         return study.fakes.train(data_bin, common, arch_args, updates, seed, save_dir, *args, **kwargs)
 
-    with pytest.raises(RuntimeError, match="training failed"):
+    with pytest.raises(SystemExit, match="training failed"):
         qc.main(study.argv + ["--seeds", "1", "2"], train_fn=train_probing_the_locks, eval_fn=study.fakes.evaluate)
     assert seen and all(all(flags) for flags in seen)  # every run, from the first training on
     assert not any(locked(d) for d in runs)

@@ -48,7 +48,7 @@ def masked_max(states, padding_mask):
     return states.masked_fill(padding_mask.t().unsqueeze(-1), float("-inf")).amax(dim=0)
 
 
-def attentive_global(p, pool, g0, states, padding_mask):
+def attentive_global(p, pool, g0, states, padding_mask, heads=HEADS):
     """GLOBAL_ATT = ATT(g0, H) (Eq. 6): multi-head attention of the single query g0 over
     the states H (S, B, C), pool ``pool`` of the stacked parameters (one per encoder layer
     in the deep model). q = W_q g0 + b_q, k_s = W_k h_s (the code has no key bias:
@@ -56,10 +56,10 @@ def attentive_global(p, pool, g0, states, padding_mask):
     over the real tokens; heads concatenated; W_o, b_o."""
     pre = "encoder.sentential_context.attentive_pooling."
     S, B, C = states.shape
-    Dh = C // HEADS
-    q = R.linear(g0, p[pre + "q_weight"][pool], p[pre + "q_bias"][pool]).view(B, HEADS, Dh)
-    k = R.linear(states, p[pre + "k_weight"][pool]).view(S, B, HEADS, Dh)
-    v = R.linear(states, p[pre + "v_weight"][pool], p[pre + "v_bias"][pool]).view(S, B, HEADS, Dh)
+    Dh = C // heads  # an encoder-side module: the encoder's heads
+    q = R.linear(g0, p[pre + "q_weight"][pool], p[pre + "q_bias"][pool]).view(B, heads, Dh)
+    k = R.linear(states, p[pre + "k_weight"][pool]).view(S, B, heads, Dh)
+    v = R.linear(states, p[pre + "v_weight"][pool], p[pre + "v_bias"][pool]).view(S, B, heads, Dh)
     scores = torch.einsum("bhd,sbhd->bhs", q, k) / math.sqrt(Dh)
     scores = scores.masked_fill(padding_mask.unsqueeze(1), float("-inf"))
     weights = R.softmax(scores, dim=-1)
@@ -67,13 +67,13 @@ def attentive_global(p, pool, g0, states, padding_mask):
     return R.linear(heads, p[pre + "out_weight"][pool], p[pre + "out_bias"][pool])
 
 
-def global_context(p, global_type, pool, g0, states, padding_mask):
+def global_context(p, global_type, pool, g0, states, padding_mask, heads=HEADS):
     """GLOBAL(H): Eq. 4 (mean), Eq. 5 (max) or Eq. 6 (attention queried by g0)."""
     if global_type == "mean":
         return R.masked_mean(states, padding_mask)
     if global_type == "max":
         return masked_max(states, padding_mask)
-    return attentive_global(p, pool, g0, states, padding_mask)
+    return attentive_global(p, pool, g0, states, padding_mask, heads)
 
 
 def gru_last_state(p, inputs):
@@ -93,17 +93,17 @@ def gru_last_state(p, inputs):
     return h
 
 
-def transparent_attention(p, query, layer_contexts):
+def transparent_attention(p, query, layer_contexts, heads=HEADS):
     """DEEP_TAM (Eq. 10-11): g_i = sum_l beta_{i,l} g^l with beta_i = ATT_g(query_i, G), ATT_g
     a multi-head attention with its own parameters (q/k/v/out; no key bias), shared by
     all decoder layers, over the L layer vectors G (B, L, C); query (T, B, C)."""
     pre = "decoder.transparent_attention."
     T, B, _ = query.shape
     L, C = layer_contexts.shape[1:]
-    Dh = C // HEADS
-    q = R.linear(query, p[pre + "q_proj.weight"], p[pre + "q_proj.bias"]).view(T, B, HEADS, Dh)
-    k = R.linear(layer_contexts, p[pre + "k_proj.weight"]).view(B, L, HEADS, Dh)
-    v = R.linear(layer_contexts, p[pre + "v_proj.weight"], p[pre + "v_proj.bias"]).view(B, L, HEADS, Dh)
+    Dh = C // heads  # a decoder-side module: the decoder's heads
+    q = R.linear(query, p[pre + "q_proj.weight"], p[pre + "q_proj.bias"]).view(T, B, heads, Dh)
+    k = R.linear(layer_contexts, p[pre + "k_proj.weight"]).view(B, L, heads, Dh)
+    v = R.linear(layer_contexts, p[pre + "v_proj.weight"], p[pre + "v_proj.bias"]).view(B, L, heads, Dh)
     beta = R.softmax(torch.einsum("tbhd,blhd->tbhl", q, k) / math.sqrt(Dh), dim=-1)  # Eq. 11
     mixed = torch.einsum("tbhl,blhd->tbhd", beta, v).reshape(T, B, C)  # Eq. 10
     return R.linear(mixed, p[pre + "out_proj.weight"], p[pre + "out_proj.bias"])
@@ -120,8 +120,9 @@ def ffn_l(p, l, x, g):
     return R.linear(hidden, p[pre + "fc2.weight"], p[pre + "fc2.bias"])
 
 
-def reference_logits(p, src_tokens, prev_tokens, global_type, deep_type, pre_norm):
-    encoder = R.transformer_encoder(p, src_tokens, PAD, HEADS, pre_norm)
+def reference_logits(p, src_tokens, prev_tokens, global_type, deep_type, pre_norm, heads=(HEADS, HEADS)):
+    """``heads``: (encoder, decoder) heads."""
+    encoder = R.transformer_encoder(p, src_tokens, PAD, heads[0], pre_norm)
     states, pad = encoder["states"], encoder["padding_mask"]
     # H^0: the embedding layer (Eq. 7); H^1..H^L the encoder layers, H^L the encoder's
     # final output (after its final LayerNorm in pre-norm models; notes, interpretation 3)
@@ -129,9 +130,9 @@ def reference_logits(p, src_tokens, prev_tokens, global_type, deep_type, pre_nor
     g0 = masked_max(h0, pad)  # Eq. 7
     g = layer_contexts = None
     if deep_type == "none":
-        g = global_context(p, global_type, 0, g0, layers[-1], pad)  # Eq. 3
+        g = global_context(p, global_type, 0, g0, layers[-1], pad, heads[0])  # Eq. 3
     else:
-        contexts = [global_context(p, global_type, l, g0, h, pad) for l, h in enumerate(layers)]  # Eq. 8
+        contexts = [global_context(p, global_type, l, g0, h, pad, heads[0]) for l, h in enumerate(layers)]  # Eq. 8
         if deep_type == "rnn":
             g = gru_last_state(p, contexts)  # Eq. 9
         else:
@@ -145,12 +146,12 @@ def reference_logits(p, src_tokens, prev_tokens, global_type, deep_type, pre_nor
 
         def fusion(d):
             # TAM's query: the layer's input at position i (notes, interpretation 7)
-            context = g if layer_contexts is None else transparent_attention(p, d, layer_contexts)
+            context = g if layer_contexts is None else transparent_attention(p, d, layer_contexts, heads[1])
             return ffn_l(p, l, d, context)
 
         return R.sublayer(p, ln, x, fusion, pre_norm)
 
-    return R.transformer_decoder(p, prev_tokens, encoder, PAD, HEADS, pre_norm, layer_input_hook=fuse)
+    return R.transformer_decoder(p, prev_tokens, encoder, PAD, heads[1], pre_norm, layer_input_hook=fuse)
 
 
 # ------------------------------------------------------------------ the tests
@@ -167,20 +168,29 @@ CASES = [
 ]
 
 
-def build(global_type, deep_type, pre_norm):
+def build(global_type, deep_type, pre_norm, sizes=TINY):
     args = ["--arch", "transformer_sentential", "--sentential-global", global_type,
-            "--sentential-deep", deep_type, *TINY, *(PRE_NORM if pre_norm else [])]  # fmt: skip
+            "--sentential-deep", deep_type, *sizes, *(PRE_NORM if pre_norm else [])]  # fmt: skip
     model = build_model(args, vocab_size=40)[0].double()
     R.randomize_parameters(model, seed=7)
     return model
 
 
-@pytest.mark.parametrize("global_type, deep_type, pre_norm", CASES)
-def test_logits_equal_the_papers_equations(global_type, deep_type, pre_norm):
-    model = build(global_type, deep_type, pre_norm)
+@pytest.mark.parametrize("global_type, deep_type, pre_norm, sizes",
+                         [(*case, "equal") for case in CASES]
+                         + [("attention", "tam", False, "unequal"), ("attention", "rnn", False, "unequal")])
+def test_logits_equal_the_papers_equations(global_type, deep_type, pre_norm, sizes):
+    heads = R.UNEQUAL_HEADS if sizes == "unequal" else (HEADS, HEADS)
+    # sentential also takes a decoder wider than the encoder (g is encoder-sized: Eq. 2's [D; g])
+    wider_decoder = ["--decoder-embed-dim", "24", "--decoder-ffn-embed-dim", "40"]
+    model = build(global_type, deep_type, pre_norm, R.UNEQUAL_SIZES + wider_decoder if sizes == "unequal" else TINY)
+    if sizes == "unequal":  # FFN_l is a decoder sublayer of the decoder's FFN width (notes: 2d -> 2048 -> d),
+        # its input [D; g] with D decoder-sized and g encoder-sized (Eq. 2)
+        ffn = model.decoder.layers[0].sentential_ffn
+        assert ffn.input_proj.weight.shape == (40, 24) and ffn.context_proj.weight.shape == (40, 16)
     src_tokens, src_lengths, prev, _ = random_batch(model, (7, 5, 3), (4, 6, 2))
     assert src_tokens.eq(PAD).any() and prev.eq(PAD).any()
-    expected = reference_logits(R.state_params(model), src_tokens, prev, global_type, deep_type, pre_norm)
+    expected = reference_logits(R.state_params(model), src_tokens, prev, global_type, deep_type, pre_norm, heads)
     for train in (True, False):
         model.train(train)
         with torch.no_grad():

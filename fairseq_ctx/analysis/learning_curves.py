@@ -14,6 +14,7 @@
   updates, each system beside its baseline, mean over seeds with a min-max band.
 """
 import json
+import math
 import os
 import re
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
@@ -118,9 +119,10 @@ def plot_learning_curves(curves: Mapping[str, Mapping[str, Mapping]], pairs: Seq
                 if not curve or not curve.get("updates"):
                     continue
                 xs = curve["updates"]
-                line, = ax.plot(xs, curve["mean"], style, marker="o", markersize=3,
-                                label=f"{name} (n={curve.get('n')})")
-                ax.fill_between(xs, curve["min"], curve["max"], color=line.get_color(), alpha=0.2, linewidth=0)
+                # a point where a seed diverged (None) is a gap in the line, not a value
+                mean, low, high = ([math.nan if x is None else x for x in curve[k]] for k in ("mean", "min", "max"))
+                line, = ax.plot(xs, mean, style, marker="o", markersize=3, label=f"{name} (n={curve.get('n')})")
+                ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
                 drawn = True
             if not drawn:
                 ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)

@@ -18,8 +18,10 @@ mean of the per-seed differences
 ``curve_summary`` aggregates per-seed curves (update count -> value) into mean, sample
 standard deviation and min-max at the update counts every seed has.
 
-Everything returned is JSON-serialisable; undefined quantities (a CI with one seed, a
-p-value with zero variance) are ``None``, never NaN.
+Everything returned is JSON-serialisable; undefined quantities (a CI with one seed, a CI or
+p-value with zero variance) are ``None``, never NaN. A non-finite score (a training that
+diverged: fairseq logs ``loss inf`` / ``nan``) is not averaged away: the statistics it
+enters are ``None`` and a note / ``non_finite`` names the seed.
 """
 import math
 import statistics
@@ -63,7 +65,19 @@ def seed_difference(system: Union[Mapping, Sequence[Number]], baseline: Union[Ma
         pairs = [(float(a), float(b)) for a, b in zip(system, baseline)]
     # rounded: 30.12 - 29.87 is 0.2500000000000036 in floating point; equal differences
     # must stay equal (zero spread) and zero ones zero
-    diffs = [round(a - b, 10) for a, b in pairs]
+    names = seeds if seeds is not None else range(1, len(pairs) + 1)
+    bad = [k for k, (a, b) in zip(names, pairs) if not (math.isfinite(a) and math.isfinite(b))]
+    diffs = [round(a - b, 10) if math.isfinite(a - b) else None for a, b in pairs]
+    if bad:  # a diverged run: no mean, CI or test says anything about it
+        out = {"n": len(diffs), "diffs": diffs, "alpha": alpha, "confidence": 1 - alpha, "higher_is_better":
+               higher_is_better, "note": f"non-finite score in {'seed' if seeds is not None else 'pair'}(s) "
+               f"{', '.join(map(str, bad))} (a diverged training?): no statistics"}
+        out.update(dict.fromkeys(("mean_diff", "sd_diff", "se", "df", "t", "ci_low", "ci_high", "p_t",
+                                  "p_wilcoxon", "wilcoxon_n", "wilcoxon_min_p", "better", "worse", "ties"), None))
+        out["wilcoxon_can_reach_alpha"] = False
+        if seeds is not None:
+            out["seeds"] = seeds
+        return out
     n = len(diffs)
     out = {
         "n": n, "diffs": diffs, "alpha": alpha, "confidence": 1 - alpha,
@@ -92,20 +106,20 @@ def seed_difference(system: Union[Mapping, Sequence[Number]], baseline: Union[Ma
         se = sd / math.sqrt(n)
         df = n - 1
         out.update(sd_diff=sd, se=se, df=df)
-        half = stats.t.ppf(1 - alpha / 2, df) * se
-        out.update(ci_low=mean - half, ci_high=mean + half)
         if se > 0:
+            half = stats.t.ppf(1 - alpha / 2, df) * se
+            out.update(ci_low=mean - half, ci_high=mean + half)
             t = mean / se
             out["t"] = t
             out["p_t"] = _finite(2 * stats.t.sf(abs(t), df))
         elif mean != 0:
             # zero variance (e.g. BLEU rounded to 2 decimals, few seeds): the t-test is
             # undefined, not certain
-            notes.append("identical non-zero differences in every seed: zero variance, t-test undefined")
+            notes.append("identical non-zero differences in every seed: zero variance, no CI, t-test undefined")
             out["t"] = None
             out["p_t"] = None
         else:
-            notes.append("all differences zero: no t-test")
+            notes.append("all differences zero: no CI, no t-test")
     if m == 0:
         notes.append("all differences zero: no Wilcoxon test")
     else:
@@ -156,18 +170,27 @@ def wilcoxon_seeds_needed(alpha: float = 0.05) -> int:
 
 def curve_summary(per_seed: Mapping[object, Mapping[int, Number]]) -> Dict:
     """per_seed: {seed: {updates: value}} -> mean / sd / min / max over seeds, at the
-    update counts every seed has (sorted); ``per_seed`` is kept (keys as strings)."""
+    update counts every seed has (sorted); ``per_seed`` is kept (keys as strings, a
+    non-finite value as None). At an update count where a seed's value is not finite
+    (diverged), mean / sd / min / max are None and ``non_finite`` {updates: [seeds]} names it."""
     seeds = list(per_seed)
     common = sorted(set.intersection(*(set(int(u) for u in per_seed[s]) for s in seeds))) if seeds else []
     values = [[float(_lookup(per_seed[s], u)) for s in seeds] for u in common]
+    non_finite = {u: [s for s, x in zip(seeds, v) if not math.isfinite(x)] for u, v in zip(common, values)}
+    ok = [not non_finite[u] for u in common]
+
+    def each(fn):
+        return [fn(v) if good else None for v, good in zip(values, ok)]
+
     return {
         "updates": common,
-        "mean": [statistics.fmean(v) for v in values],
-        "sd": [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values],
-        "min": [min(v) for v in values],
-        "max": [max(v) for v in values],
+        "mean": each(statistics.fmean),
+        "sd": each(lambda v: statistics.stdev(v) if len(v) > 1 else 0.0),
+        "min": each(min),
+        "max": each(max),
         "n": len(seeds),
-        "per_seed": {str(s): {str(int(u)): float(x) for u, x in sorted(per_seed[s].items(), key=lambda kv: int(kv[0]))}
+        "non_finite": {str(u): bad for u, bad in non_finite.items() if bad},
+        "per_seed": {str(s): {str(int(u)): _finite(x) for u, x in sorted(per_seed[s].items(), key=lambda kv: int(kv[0]))}
                      for s in seeds},
     }
 
