@@ -22,7 +22,10 @@ Seed-level statistics (fairseq_ctx/analysis/seed_statistics.py), beside the boot
 per system, the seed-paired mean BLEU difference with its 95 % t confidence interval, a
 paired t-test and an exact Wilcoxon signed-rank test over seeds (the bootstrap measures
 test-set sampling for fixed outputs; these measure what another training seed would do),
-and the numbers of seeds better / worse than the baseline.
+and the numbers of seeds better / worse than the baseline. Seeds and sentences both sampled
+(fairseq_ctx/analysis/seed_sentence_statistics.py): the mean difference with an interval
+under seed AND test-sentence sampling (variance components of the crossed seed x sentence
+design), on test, and with --valid-bleu on valid and on both sets together.
 
 Learning curves (``--curve-updates 200,400,800``): the training also saves checkpoints
 every gcd(list) updates (``--save-interval-updates``, fairseq's checkpoint_E_U.pt) and
@@ -97,6 +100,7 @@ from .reproduce.train import option_value, read_args_file
 DEMO = PAPER_DEFAULTS["demo"]  # evaluated with the demo's settings
 
 STOCK_ARCHS = {"transformer": "transformer", "lstm": "lstm"}  # arch -> family
+TRANSLATIONS = ("hyps", "valid_hyps")  # a run's outputs (test, valid at the last update): kept out of reports
 
 
 def arch_of(args):
@@ -288,6 +292,81 @@ def compare(results, baselines, refs, tgt="en", n_samples=1000, alpha=0.05):
     return out
 
 
+def with_seed_and_sentence(comparisons, results, refs, valid_refs=None, tgt="en", alpha=0.05):
+    """Adds comparisons[name]["seed_and_sentence"]: {set: interval under seed and sentence
+    sampling (``analysis.seed_sentence_statistics``)} for "test", and with valid translations
+    (--valid-bleu) for "valid" and both sets as one sample ("test+valid", post hoc: valid is
+    the set to choose configs on). None with a note where a seed has no translations (imported)."""
+    from fairseq_ctx.analysis.seed_sentence_statistics import seed_and_sentence_difference
+    from fairseq_ctx.evaluation.scoring import bleu_of_statistics, sentence_statistics
+
+    score = bleu_of_statistics(tgt)
+    cache = {}
+
+    def stats(name, seed, key, references):
+        if (name, seed, key) not in cache:
+            cache[name, seed, key] = sentence_statistics(results[name][seed][key], references, tgt)
+        return cache[name, seed, key]
+
+    sets = [("test", (("hyps", refs),))]
+    if valid_refs is not None:
+        sets += [("valid", (("valid_hyps", valid_refs),)), ("test+valid", (("hyps", refs), ("valid_hyps", valid_refs)))]
+    for name, c in comparisons.items():
+        base, seeds = c["baseline"], c["seeds"]
+        out = {}
+        for label, parts in sets:
+            lacking = sorted({s for s in seeds for n in (name, base) for key, _ in parts
+                              if results[n][s].get(key) is None})
+            if lacking or not seeds:
+                out[label] = {"note": f"no translations of seed(s) {', '.join(map(str, lacking))} (imported runs "
+                                      "keep none): no interval" if lacking else "no paired seeds"}
+                continue
+            out[label] = seed_and_sentence_difference(
+                {s: [row for key, r in parts for row in stats(name, s, key, r)] for s in seeds},
+                {s: [row for key, r in parts for row in stats(base, s, key, r)] for s in seeds}, score, alpha)
+        c["seed_and_sentence"] = out
+    return comparisons
+
+
+def seed_and_sentence_markdown(comparisons):
+    from scipy.stats import t as t_dist
+
+    rows = [(name, c["baseline"], label, st) for name, c in sorted(comparisons.items())
+            for label, st in (c.get("seed_and_sentence") or {}).items()]
+    if not rows:
+        return []
+    lines = ["", "## Seeds and sentences both sampled", "",
+             "Δ: mean over seeds of (system BLEU - baseline BLEU) with a 95 % interval that holds when training is "
+             "repeated with other seeds and the sentences are drawn again: variance components of the crossed "
+             "seed x sentence design (each run's corpus BLEU linearised by the jackknife; components estimated below "
+             "zero set to zero; t with Satterthwaite df; `fairseq_ctx/analysis/seed_sentence_statistics.py`). "
+             "Beside it the seed-level interval, which holds these sentences fixed. σ²: the components (BLEU²; "
+             "negative = estimated below zero); F: seed over interaction mean square, with P(F ≤ it) if there were "
+             "no seed effect (small: the per-seed differences agree more than the sentence-level noise implies). "
+             "test+valid: both sets as one sample, post hoc (valid is the set to choose configs on).",
+             "",
+             "| config | baseline | set (sentences) | seeds | Δ [95% CI] seeds and sentences | df | p | seed level, "
+             "sentences fixed [95% CI] | σ² seed / sentence / interaction | F (P lower) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, base, label, st in rows:
+        if st.get("ci_low") is None:
+            lines.append(f"| {name} | {base} | {label} | {st.get('n_seeds') or ''} | "
+                         f"{_f(st.get('mean_diff'))} ({st.get('note')}) | | | | | |")
+            continue
+        # the seed-level interval (sentences fixed): t(S - 1) x the spread of the per-seed differences
+        half = t_dist.ppf(1 - st["alpha"] / 2, st["n_seeds"] - 1) * st["seed_only_se"]
+        comp = st["components"]
+        lines.append("| " + " | ".join([
+            name, base, f"{label} ({st['n_sentences']})", str(st["n_seeds"]),
+            f"{st['mean_diff']:+.2f} [{st['ci_low']:+.2f}, {st['ci_high']:+.2f}]",
+            "-" if st["df"] is None else f"{st['df']:.0f}", _f(st["p"], 3),
+            f"{st['mean_diff']:+.2f} [{st['mean_diff'] - half:+.2f}, {st['mean_diff'] + half:+.2f}]",
+            f"{comp['seed']:.3f} / {comp['sentence']:.2f} / {comp['interaction']:.0f}",
+            "-" if st["seed_spread_f"] is None else f"{st['seed_spread_f']:.2f} ({st['seed_spread_p_lower']:.3f})",
+        ]) + " |")
+    return lines
+
+
 def _f(x, nd=2):
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
@@ -378,6 +457,7 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
         lines.append(f"† {n} non-zero seed difference{'s' if n != 1 else ''}: the exact Wilcoxon test "
                      f"cannot give a two-sided p below {min_p:.3g}, so it cannot reach p < 0.05 "
                      "(that needs at least 6 seeds); read it as 'no evidence either way'.")
+    lines += seed_and_sentence_markdown(comparisons)
     if curves:
         lines += curve_markdown(curves, curve_comparisons or {}, baselines, meta, curve_png)
     return "\n".join(lines) + "\n"
@@ -689,6 +769,11 @@ def _read_text(path):
         return None
 
 
+def _read_lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
 def _read_json(path):
     try:
         with open(path) as f:
@@ -768,6 +853,8 @@ def _with_curves(rec, points, run_dir, updates, valid_points=None):
     if valid_points:
         rec["valid_bleu"] = {u: {"bleu": p["bleu"], "checkpoint": p.get("checkpoint"),
                                  "eval_seconds": p.get("eval_seconds")} for u, p in sorted(valid_points.items())}
+        if (valid_points.get(updates) or {}).get("hyps") is not None:  # for the seed x sentence interval
+            rec["valid_hyps"] = valid_points[updates]["hyps"]
     return rec
 
 
@@ -796,7 +883,7 @@ def _imported_run(rec, source, name, seed, settings, score_updates, valid_bleu):
         raise ImportedRunMismatch(f"{source}: {name} seed {seed} was run with other settings than this "
                                   f"comparison's:\n  there: {rec.get('settings')}\n  here:  {settings}")
     rec = {k: ({int(u): point for u, point in v.items()} if k in ("curve", "valid", "valid_bleu") else v)
-           for k, v in rec.items() if k != "hyps"}
+           for k, v in rec.items() if k not in TRANSLATIONS}
     lacking = [f"test BLEU at {u}" for u in score_updates if u not in rec.get("curve", {})]
     lacking += [f"valid BLEU at {u}" for u in score_updates if valid_bleu and u not in rec.get("valid_bleu", {})]
     if lacking:
@@ -1330,8 +1417,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
         print("[quality] preparing data: " + " ".join(cmd), file=sys.stderr)
         if subprocess.run(cmd, env=script_env()).returncode != 0:
             sys.exit("[quality] data preparation failed (its message is above); nothing was trained")
-    with open(ref, encoding="utf-8") as f:
-        refs = [line.rstrip("\n") for line in f]
+    refs = _read_lines(ref)
     valid_ref = os.path.join(a.data_dir, "raw", f"valid.{a.tgt}") if a.valid_bleu else None
     if valid_ref and not os.path.exists(valid_ref):
         p.error(f"--valid-bleu: no raw valid references at {valid_ref}")
@@ -1448,6 +1534,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
                 "directories (imported runs: leave out their --import-runs report)")
     summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
     comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
+    with_seed_and_sentence(comparisons, results, refs, _read_lines(valid_ref) if valid_ref else None, a.tgt)
     curves, curve_comparisons = learning_curves(results, baselines, a.seeds)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "updates": a.updates, "seeds": a.seeds,
             "beam": a.beam, "data": a.data_dir, "src": a.src, "tgt": a.tgt, "test_sentences": len(refs),
@@ -1484,7 +1571,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     out = {"meta": meta, "configs": {n: " ".join(v) for n, v in configs.items()},
            "baselines": baselines, "summary": summary, "comparisons": comparisons,
            "curves": curves, "curve_comparisons": curve_comparisons, "curve_png": png,
-           "runs": {n: {str(s): {k: v for k, v in r.items() if k != "hyps"}
+           "runs": {n: {str(s): {k: v for k, v in r.items() if k not in TRANSLATIONS}
                         for s, r in results[n].items()} for n in results}}
     # whole files or none: an interrupted report never looks complete; both are written before
     # either replaces its old version (then two renames), so a kill leaves no new JSON beside an old markdown

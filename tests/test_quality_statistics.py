@@ -617,6 +617,56 @@ def test_valid_bleu_scores_every_checkpoint_on_valid_for_choosing_among_configs(
     assert json.loads((study.out / "quality.json").read_text())["curves"]["01-good"]["valid_bleu"] == vb
 
 
+def test_seed_and_sentence_intervals_use_each_runs_own_test_and_valid_translations(qc, study):
+    from fairseq_ctx.analysis.seed_sentence_statistics import seed_and_sentence_difference
+    from fairseq_ctx.evaluation.scoring import bleu_of_statistics, sentence_statistics
+
+    fk = study.fakes
+    _main(qc, study, "--valid-bleu")
+    q = json.loads((study.out / "quality.json").read_text())
+    c = q["comparisons"]["01-good"]["seed_and_sentence"]
+    assert set(c) == {"test", "valid", "test+valid"}
+    runs = q["runs"]
+    for label, n in (("test", len(fk.refs)), ("valid", len(fk.valid_refs)), ("test+valid", len(fk.refs) + len(fk.valid_refs))):
+        assert c[label]["n_sentences"] == n and c[label]["seeds"] == [1, 2, 3] and c[label]["ci_low"] is not None
+    # each seed's difference is the two runs' corpus BLEU on that set (as scored, to 2 decimals)
+    test_diffs = [runs["01-good"][str(s)]["bleu"] - runs["00-transformer"][str(s)]["bleu"] for s in (1, 2, 3)]
+    valid_diffs = [runs["01-good"][str(s)]["valid_bleu"][str(UPDATES)]["bleu"]
+                   - runs["00-transformer"][str(s)]["valid_bleu"][str(UPDATES)]["bleu"] for s in (1, 2, 3)]
+    assert c["test"]["per_seed"] == pytest.approx(test_diffs, abs=0.011)
+    assert c["valid"]["per_seed"] == pytest.approx(valid_diffs, abs=0.011)
+    assert test_diffs != pytest.approx(valid_diffs, abs=0.5)  # the fakes make the sets differ
+    # and the whole interval is the statistic of the runs' stored translations (test + valid in that order)
+
+    def translations(name, seed):
+        run_dir = study.out / "runs" / name / f"seed{seed}"
+        test = json.loads((run_dir / "result.json").read_text())["hyps"]
+        valid = json.loads((run_dir / "valid" / f"upd{UPDATES}" / "result.json").read_text())["hyps"]
+        return (sentence_statistics(test, fk.refs, "en") + sentence_statistics(valid, fk.valid_refs, "en"))
+
+    expected = seed_and_sentence_difference({s: translations("01-good", s) for s in (1, 2, 3)},
+                                            {s: translations("00-transformer", s) for s in (1, 2, 3)},
+                                            bleu_of_statistics("en"))
+    assert c["test+valid"] == json.loads(json.dumps(expected))
+    assert not any("valid_hyps" in r or "hyps" in r for n in runs for r in runs[n].values())
+    md = (study.out / "quality.md").read_text()
+    assert "## Seeds and sentences both sampled" in md
+    section = md.split("## Seeds and sentences both sampled")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| 01-good | 00-transformer | ")]
+    assert [row.split("|")[3].strip() for row in rows] == [f"test ({len(fk.refs)})", f"valid ({len(fk.valid_refs)})",
+                                                           f"test+valid ({len(fk.refs) + len(fk.valid_refs)})"]
+    t = c["test"]
+    assert f"{t['mean_diff']:+.2f} [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}]" in rows[0]
+
+
+def test_seeds_without_translations_get_no_seed_and_sentence_interval_and_it_is_said(qc, study, tmp_path):
+    _, report = _earlier_report(qc, study, tmp_path, "seeds12.json", "--seeds", "1", "2")
+    q = _main(qc, study, "--import-runs", str(report))  # seed 3 trained here
+    st = q["comparisons"]["01-good"]["seed_and_sentence"]["test"]
+    assert st == {"note": "no translations of seed(s) 1, 2 (imported runs keep none): no interval"}
+    assert "no translations of seed(s) 1, 2" in (study.out / "quality.md").read_text()
+
+
 def test_valid_bleu_added_to_a_finished_study_retrains_once_and_scores_both_subsets_from_it(qc, study, capsys):
     fk = study.fakes
     _main(qc, study, "--curve-updates", "20", "--seeds", "1", "--configs", "00-*")

@@ -36,6 +36,20 @@ def score(hypotheses, references, tgt):
     return {"bleu": round(result.score, 2), "signature": str(bleu.get_signature()), "text": str(result)}
 
 
+def sentence_statistics(hypotheses, references, lang):
+    """sacreBLEU's per-sentence sufficient statistics (hypothesis and reference length,
+    n-gram matches and totals): corpus BLEU is :func:`bleu_of_statistics` of their sum."""
+    _check(hypotheses, references)
+    bleu = sacrebleu.metrics.BLEU(tokenize=sacrebleu_tokenizer(lang))
+    return bleu._extract_corpus_statistics(hypotheses, [references])
+
+
+def bleu_of_statistics(lang):
+    """Summed :func:`sentence_statistics` -> corpus BLEU, as sacreBLEU computes it."""
+    bleu = sacrebleu.metrics.BLEU(tokenize=sacrebleu_tokenizer(lang))
+    return lambda stats: bleu._compute_score_from_stats(list(stats)).score
+
+
 def compound_split(line: str) -> str:
     # re.sub is non-overlapping like perl's s///g, so "a-b-c" -> "a ##AT##-##AT## b-c",
     # exactly what get_ende_bleu.sh produces

@@ -1,0 +1,157 @@
+"""Seeds and test sentences both sampled: an interval for "system - baseline" that holds
+when training is repeated with other seeds AND the test set is drawn again.
+
+``seed_statistics.seed_difference`` treats the test set as fixed (its unit is the seed);
+sacreBLEU's paired bootstrap treats the outputs as fixed (its unit is the sentence). A
+comparison of architectures over several seeds on one test set is a crossed design: every
+seed pair translates every sentence. Its per-(seed, sentence) difference is modelled as
+
+    y_si = mu + a_s + b_i + e_si
+
+with a seed effect a_s (var sigma_seed^2), a sentence effect b_i shared by every seed
+(var sigma_sentence^2: sentences on which the system is better whatever the seed) and a
+seed x sentence interaction e_si (var sigma_interaction^2), all independent. The mean over S
+seeds and N sentences then has variance
+
+    V = sigma_seed^2 / S + sigma_sentence^2 / N + sigma_interaction^2 / (S N).
+
+The seed-level t interval estimates sigma_seed^2 + sigma_interaction^2 / N from the spread of
+the S per-seed differences and leaves out sigma_sentence^2 / N (it holds the sentences fixed);
+a bootstrap over seeds and sentences together (the "pigeonhole" bootstrap) counts the
+interaction about three times (Owen 2007), which over-widens where it dominates.
+
+Corpus BLEU is not a mean over sentences. Each run's BLEU is linearised by the jackknife:
+sentence i's contribution is (N - 1) (BLEU - BLEU without sentence i), centred, so that a
+run's contributions average to zero and y_si = (BLEU_sys,s - BLEU_base,s) + (contribution of
+i to the system's BLEU - to the baseline's); the mean of y over sentences is the seed's exact
+corpus-BLEU difference. The variance components come from the two-way ANOVA without
+replication (method of moments, Searle, Casella & McCulloch 1992, ch. 4; "G theory"'s
+p x i design, Brennan 2001):
+
+    MS_seed = N sum_s (ybar_s - ybar)^2 / (S - 1)           E = s_int^2 + N s_seed^2
+    MS_sent = S sum_i (ybar_i - ybar)^2 / (N - 1)           E = s_int^2 + S s_sent^2
+    MS_int  = sum (y_si - ybar_s - ybar_i + ybar)^2 / ((S-1)(N-1))     E = s_int^2
+
+sigma_seed^2 = (MS_seed - MS_int) / N and sigma_sentence^2 = (MS_sent - MS_int) / S, each set to 0
+where negative (the usual rule; it makes V larger, never smaller, than the unbiased
+(MS_seed + MS_sent - MS_int) / (S N)). So V = (c_seed MS_seed + c_sent MS_sent + c_int MS_int) / (S N)
+with c = 1 for each component kept, and the interval is mean +- t(df) sqrt(V), df by
+Satterthwaite (1946) from the mean squares' own degrees of freedom.
+
+A component estimated below zero is reported as such (``components``), with the F ratio
+of the seed to the interaction mean square and its lower-tail probability: a spread of the
+per-seed differences much smaller than the interaction implies (``seed_spread_p_lower``
+small) says the model's independence assumption may not hold for this pair.
+"""
+import math
+from typing import Callable, Dict, Mapping, Optional, Sequence
+
+import numpy as np
+
+Stats = Sequence[Sequence[float]]
+
+
+def jackknife_contributions(stats: Stats, score: Callable[[np.ndarray], float]):
+    """(corpus score, per-sentence contributions) of one run.
+
+    ``stats``: one row of additive sufficient statistics per sentence (sacreBLEU's for BLEU);
+    ``score``: summed statistics -> corpus score. Contribution i = (N - 1) (score - score
+    without sentence i), centred to average zero (N >= 2)."""
+    rows = np.asarray(stats, dtype=np.float64)
+    n = len(rows)
+    if n < 2:
+        raise ValueError(f"{n} sentence(s): the jackknife needs at least 2")
+    total = rows.sum(axis=0)
+    full = float(score(total))
+    loo = np.array([score(total - row) for row in rows], dtype=np.float64)
+    pseudo = (n - 1) * (full - loo)
+    return full, pseudo - pseudo.mean()
+
+
+def _undefined(out, note):
+    out.update(dict.fromkeys(("mean_diff", "se", "df", "ci_low", "ci_high", "p", "components", "mean_squares",
+                              "variance_shares", "seed_only_se", "seed_spread_f", "seed_spread_p_lower"), None))
+    out["note"] = note
+    return out
+
+
+def seed_and_sentence_difference(system: Mapping[object, Stats], baseline: Mapping[object, Stats],
+                                 score: Callable[[np.ndarray], float], alpha: float = 0.05) -> Dict:
+    """Mean over seeds of (system score - baseline score), with a 1 - alpha interval under
+    seed AND sentence sampling (variance components of the crossed seed x sentence design).
+
+    ``system`` / ``baseline``: {seed: per-sentence statistics} on the same sentences in the
+    same order, paired on the seeds both have. Returns seeds, n_seeds, n_sentences,
+    per_seed (exact score differences), mean_diff, se, df, ci_low / ci_high, p (two-sided,
+    t with Satterthwaite df), components (sigma^2 of seed / sentence / interaction as estimated,
+    negative ones kept negative), truncated (those set to 0 for V), mean_squares,
+    variance_shares (each component's share of V), seed_only_se (what the seed-level t uses),
+    seed_spread_f (MS_seed / MS_int) and seed_spread_p_lower (P(F <= that) when
+    sigma_seed^2 = 0), and a note where something is undefined. JSON-serialisable; undefined
+    values are None."""
+    from scipy import stats as st
+
+    seeds = sorted(set(system) & set(baseline))
+    out = {"seeds": seeds, "n_seeds": len(seeds), "alpha": alpha, "confidence": 1 - alpha, "truncated": [],
+           "n_sentences": None, "per_seed": None}
+    if not seeds:
+        return _undefined(out, "no paired seeds")
+    rows = []
+    for s in seeds:
+        if len(system[s]) != len(baseline[s]):
+            raise ValueError(f"seed {s}: {len(system[s])} system sentences vs {len(baseline[s])} baseline sentences")
+        a, ca = jackknife_contributions(system[s], score)
+        b, cb = jackknife_contributions(baseline[s], score)
+        if not (math.isfinite(a) and math.isfinite(b)):
+            return _undefined(out, f"non-finite score in seed {s}: no statistics")
+        rows.append((a - b) + ca - cb)
+    lengths = {len(r) for r in rows}
+    if len(lengths) != 1:
+        raise ValueError(f"the seeds' outputs cover different numbers of sentences: {sorted(lengths)}")
+    y = np.vstack(rows)
+    S, N = y.shape
+    out["n_sentences"] = N
+    per_seed = y.mean(axis=1)
+    out["per_seed"] = [float(x) for x in per_seed]
+    grand = float(y.mean())
+    out["mean_diff"] = grand
+    if S < 2:
+        _undefined(out, "one seed: seed and interaction variance cannot be told apart, no interval")
+        out["mean_diff"] = grand
+        return out
+    per_sentence = y.mean(axis=0)
+    df_seed, df_sent, df_int = S - 1, N - 1, (S - 1) * (N - 1)
+    ms_seed = N * float(((per_seed - grand) ** 2).sum()) / df_seed
+    ms_sent = S * float(((per_sentence - grand) ** 2).sum()) / df_sent
+    residual = y - per_seed[:, None] - per_sentence[None, :] + grand
+    ms_int = float((residual ** 2).sum()) / df_int
+    seed_var, sent_var = (ms_seed - ms_int) / N, (ms_sent - ms_int) / S
+    out["components"] = {"seed": seed_var, "sentence": sent_var, "interaction": ms_int}
+    out["mean_squares"] = {"seed": ms_seed, "sentence": ms_sent, "interaction": ms_int}
+    keep_seed, keep_sent = seed_var > 0, sent_var > 0
+    out["truncated"] = [name for name, kept in (("seed", keep_seed), ("sentence", keep_sent)) if not kept]
+    parts = {"seed": max(seed_var, 0.0) / S, "sentence": max(sent_var, 0.0) / N, "interaction": ms_int / (S * N)}
+    v = sum(parts.values())
+    # V (S N) as a combination of mean squares: the kept components' MS, and MS_int once for
+    # the interaction less once for each kept component (whose MS already holds it)
+    terms = [(1.0 if keep_seed else 0.0, ms_seed, df_seed), (1.0 if keep_sent else 0.0, ms_sent, df_sent),
+             (1.0 - keep_seed - keep_sent, ms_int, df_int)]
+    out["seed_only_se"] = math.sqrt(ms_seed / (S * N))
+    if ms_int > 0:
+        f = ms_seed / ms_int
+        out["seed_spread_f"] = f
+        out["seed_spread_p_lower"] = float(st.f.cdf(f, df_seed, df_int))
+    else:
+        out["seed_spread_f"] = out["seed_spread_p_lower"] = None
+    if v <= 0:
+        out.update(se=0.0, df=None, ci_low=None, ci_high=None, p=None, variance_shares=None,
+                   note="no variance at any level: no interval")
+        return out
+    out["variance_shares"] = {k: x / v for k, x in parts.items()}
+    denominator = sum((c * ms) ** 2 / d for c, ms, d in terms if c)
+    df = (v * S * N) ** 2 / denominator if denominator > 0 else math.inf
+    se = math.sqrt(v)
+    half = float(st.t.ppf(1 - alpha / 2, df)) * se
+    out.update(se=se, df=df if math.isfinite(df) else None, ci_low=grand - half, ci_high=grand + half,
+               p=float(2 * st.t.sf(abs(grand) / se, df)), note=None)
+    return out
