@@ -296,8 +296,9 @@ def with_seed_and_sentence(comparisons, results, refs, valid_refs=None, tgt="en"
     """Adds comparisons[name]["seed_and_sentence"]: {set: interval under seed and sentence
     sampling (``analysis.seed_sentence_statistics``)} for "test", and with valid translations
     (--valid-bleu) for "valid" and both sets as one sample ("test+valid", post hoc: valid is
-    the set to choose configs on). None with a note where a seed has no translations (imported)."""
-    from fairseq_ctx.analysis.seed_sentence_statistics import seed_and_sentence_difference
+    the set to choose configs on), and comparisons[name]["set_gap"] (test - valid, against its
+    sentence-sampling sd). A set some seed has no translations of (imported) gets a note."""
+    from fairseq_ctx.analysis.seed_sentence_statistics import seed_and_sentence_difference, set_gap
     from fairseq_ctx.evaluation.scoring import bleu_of_statistics, sentence_statistics
 
     score = bleu_of_statistics(tgt)
@@ -318,13 +319,15 @@ def with_seed_and_sentence(comparisons, results, refs, valid_refs=None, tgt="en"
             lacking = sorted({s for s in seeds for n in (name, base) for key, _ in parts
                               if results[n][s].get(key) is None})
             if lacking or not seeds:
-                out[label] = {"note": f"no translations of seed(s) {', '.join(map(str, lacking))} (imported runs "
-                                      "keep none): no interval" if lacking else "no paired seeds"}
+                out[label] = {"note": f"seed(s) {', '.join(map(str, lacking))} have no stored translations of this "
+                                      "set: no interval" if lacking else "no paired seeds"}
                 continue
             out[label] = seed_and_sentence_difference(
                 {s: [row for key, r in parts for row in stats(name, s, key, r)] for s in seeds},
                 {s: [row for key, r in parts for row in stats(base, s, key, r)] for s in seeds}, score, alpha)
         c["seed_and_sentence"] = out
+        if "valid" in out:
+            c["set_gap"] = set_gap(out["test"], out["valid"])
     return comparisons
 
 
@@ -336,34 +339,48 @@ def seed_and_sentence_markdown(comparisons):
     if not rows:
         return []
     lines = ["", "## Seeds and sentences both sampled", "",
-             "Δ: mean over seeds of (system BLEU - baseline BLEU) with a 95 % interval that holds when training is "
-             "repeated with other seeds and the sentences are drawn again: variance components of the crossed "
-             "seed x sentence design (each run's corpus BLEU linearised by the jackknife; components estimated below "
-             "zero set to zero; t with Satterthwaite df; `fairseq_ctx/analysis/seed_sentence_statistics.py`). "
-             "Beside it the seed-level interval, which holds these sentences fixed. σ²: the components (BLEU²; "
-             "negative = estimated below zero); F: seed over interaction mean square, with P(F ≤ it) if there were "
-             "no seed effect (small: the per-seed differences agree more than the sentence-level noise implies). "
-             "test+valid: both sets as one sample, post hoc (valid is the set to choose configs on).",
+             "Δ: mean over seeds of (system BLEU - baseline BLEU) with a 95 % interval for the expected difference on "
+             "the population the sentences are drawn from, over training seeds: the seed-level variance (the spread "
+             "of the per-seed differences) plus the variance of a sentence effect shared by the seeds (crossed seed x "
+             "sentence design, each run's corpus BLEU linearised by the jackknife; t with Satterthwaite df; "
+             "`fairseq_ctx/analysis/seed_sentence_statistics.py`). Beside it the seed-level interval, which holds "
+             "these sentences fixed, and the sentence term's share of the variance (0 %*: estimated below zero, set "
+             "to 0). F: seed over interaction mean square, with P(F ≤ it) if there were no seed effect (small: the "
+             "per-seed differences agree more than the sentence-level noise implies, which the model does not "
+             "expect). test+valid: corpus BLEU of both sets as one sample, post hoc (valid is the set to choose "
+             "configs on).",
              "",
              "| config | baseline | set (sentences) | seeds | Δ [95% CI] seeds and sentences | df | p | seed level, "
-             "sentences fixed [95% CI] | σ² seed / sentence / interaction | F (P lower) |",
+             "sentences fixed [95% CI] | sentence term | F (P lower) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, base, label, st in rows:
+        where = f"{label} ({st['n_sentences']})" if st.get("n_sentences") else label
         if st.get("ci_low") is None:
-            lines.append(f"| {name} | {base} | {label} | {st.get('n_seeds') or ''} | "
-                         f"{_f(st.get('mean_diff'))} ({st.get('note')}) | | | | | |")
+            mean = "-" if st.get("mean_diff") is None else f"{st['mean_diff']:+.2f}"
+            lines.append(f"| {name} | {base} | {where} | {st.get('n_seeds') or ''} | {mean} ({st.get('note')}) "
+                         "| | | | | |")
             continue
         # the seed-level interval (sentences fixed): t(S - 1) x the spread of the per-seed differences
         half = t_dist.ppf(1 - st["alpha"] / 2, st["n_seeds"] - 1) * st["seed_only_se"]
-        comp = st["components"]
+        share = st["variance_shares"]["sentence"]
         lines.append("| " + " | ".join([
-            name, base, f"{label} ({st['n_sentences']})", str(st["n_seeds"]),
+            name, base, where, str(st["n_seeds"]),
             f"{st['mean_diff']:+.2f} [{st['ci_low']:+.2f}, {st['ci_high']:+.2f}]",
-            "-" if st["df"] is None else f"{st['df']:.0f}", _f(st["p"], 3),
+            "-" if st["df"] is None else f"{st['df']:.1f}", _f(st["p"], 3),
             f"{st['mean_diff']:+.2f} [{st['mean_diff'] - half:+.2f}, {st['mean_diff'] + half:+.2f}]",
-            f"{comp['seed']:.3f} / {comp['sentence']:.2f} / {comp['interaction']:.0f}",
+            f"{100 * share:.0f} %" + ("*" if "sentence" in st["truncated"] else ""),
             "-" if st["seed_spread_f"] is None else f"{st['seed_spread_f']:.2f} ({st['seed_spread_p_lower']:.3f})",
         ]) + " |")
+    gaps = [(name, c["set_gap"]) for name, c in sorted(comparisons.items()) if (c.get("set_gap") or {}).get("z") is not None]
+    if gaps:
+        lines += ["", "test - valid (mean over seeds of each seed's difference on test minus on valid; where both sets "
+                      "are drawn from one pool they measure the same quantity, and under the model only sentence "
+                      "sampling separates them):", ""]
+        for name, g in gaps:
+            lines.append(f"- {name}: {g['mean']:+.2f} (per seed {' / '.join(f'{x:+.2f}' for x in g['per_seed'])}); "
+                         f"sentence-sampling sd {g['model_sd']:.2f}, z {g['z']:+.1f}, p {g['p']:.3g}"
+                         + (": the sets differ more than sentence sampling explains, or the model misses a structure"
+                            if g["p"] < 0.05 else ""))
     return lines
 
 

@@ -622,7 +622,7 @@ def test_seed_and_sentence_intervals_use_each_runs_own_test_and_valid_translatio
     from fairseq_ctx.evaluation.scoring import bleu_of_statistics, sentence_statistics
 
     fk = study.fakes
-    _main(qc, study, "--valid-bleu")
+    _main(qc, study, "--valid-bleu", "--curve-updates", "20,40")
     q = json.loads((study.out / "quality.json").read_text())
     c = q["comparisons"]["01-good"]["seed_and_sentence"]
     assert set(c) == {"test", "valid", "test+valid"}
@@ -634,8 +634,10 @@ def test_seed_and_sentence_intervals_use_each_runs_own_test_and_valid_translatio
     valid_diffs = [runs["01-good"][str(s)]["valid_bleu"][str(UPDATES)]["bleu"]
                    - runs["00-transformer"][str(s)]["valid_bleu"][str(UPDATES)]["bleu"] for s in (1, 2, 3)]
     assert c["test"]["per_seed"] == pytest.approx(test_diffs, abs=0.011)
-    assert c["valid"]["per_seed"] == pytest.approx(valid_diffs, abs=0.011)
+    assert c["valid"]["per_seed"] == pytest.approx(valid_diffs, abs=0.011)  # the last update's, of several
     assert test_diffs != pytest.approx(valid_diffs, abs=0.5)  # the fakes make the sets differ
+    gap = q["comparisons"]["01-good"]["set_gap"]
+    assert gap["per_seed"] == pytest.approx([a - b for a, b in zip(c["test"]["per_seed"], c["valid"]["per_seed"])])
     # and the whole interval is the statistic of the runs' stored translations (test + valid in that order)
 
     def translations(name, seed):
@@ -656,15 +658,27 @@ def test_seed_and_sentence_intervals_use_each_runs_own_test_and_valid_translatio
     assert [row.split("|")[3].strip() for row in rows] == [f"test ({len(fk.refs)})", f"valid ({len(fk.valid_refs)})",
                                                            f"test+valid ({len(fk.refs) + len(fk.valid_refs)})"]
     t = c["test"]
-    assert f"{t['mean_diff']:+.2f} [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}]" in rows[0]
+    cells = [cell.strip() for cell in rows[0].split("|")]
+    assert cells[5] == f"{t['mean_diff']:+.2f} [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}]"
+    # the seed-level interval beside it: t(S - 1) over the per-seed differences, sentences fixed
+    import statistics
+    from scipy import stats
+
+    for row, label in zip(rows, ("test", "valid", "test+valid")):
+        st = c[label]
+        cells = [cell.strip() for cell in row.split("|")]
+        half = stats.t.ppf(0.975, 2) * statistics.stdev(st["per_seed"]) / math.sqrt(3)
+        assert cells[8] == f"{st['mean_diff']:+.2f} [{st['mean_diff'] - half:+.2f}, {st['mean_diff'] + half:+.2f}]"
+        assert cells[9].rstrip("*") == f"{100 * st['variance_shares']['sentence']:.0f} %"
+    assert f"- 01-good: {gap['mean']:+.2f} (per seed" in section
 
 
 def test_seeds_without_translations_get_no_seed_and_sentence_interval_and_it_is_said(qc, study, tmp_path):
     _, report = _earlier_report(qc, study, tmp_path, "seeds12.json", "--seeds", "1", "2")
     q = _main(qc, study, "--import-runs", str(report))  # seed 3 trained here
     st = q["comparisons"]["01-good"]["seed_and_sentence"]["test"]
-    assert st == {"note": "no translations of seed(s) 1, 2 (imported runs keep none): no interval"}
-    assert "no translations of seed(s) 1, 2" in (study.out / "quality.md").read_text()
+    assert st == {"note": "seed(s) 1, 2 have no stored translations of this set: no interval"}
+    assert "seed(s) 1, 2 have no stored translations of this set" in (study.out / "quality.md").read_text()
 
 
 def test_valid_bleu_added_to_a_finished_study_retrains_once_and_scores_both_subsets_from_it(qc, study, capsys):

@@ -15,33 +15,42 @@ seeds and N sentences then has variance
 
     V = sigma_seed^2 / S + sigma_sentence^2 / N + sigma_interaction^2 / (S N).
 
-The seed-level t interval estimates sigma_seed^2 + sigma_interaction^2 / N from the spread of
-the S per-seed differences and leaves out sigma_sentence^2 / N (it holds the sentences fixed);
-a bootstrap over seeds and sentences together (the "pigeonhole" bootstrap) counts the
-interaction about three times (Owen 2007), which over-widens where it dominates.
+The seed-level t interval estimates sigma_seed^2 / S + sigma_interaction^2 / (S N) from the
+spread of the S per-seed differences and leaves out sigma_sentence^2 / N (it holds the
+sentences fixed); a bootstrap over seeds and sentences together (the "pigeonhole" bootstrap)
+counts the interaction about three times (Owen 2007), which over-widens where it dominates.
+
+Estimand: the expected difference, over training seeds, in corpus BLEU on the population the
+test sentences are drawn from (for the demo: the hash-split Tatoeba held-out pairs).
 
 Corpus BLEU is not a mean over sentences. Each run's BLEU is linearised by the jackknife:
 sentence i's contribution is (N - 1) (BLEU - BLEU without sentence i), centred, so that a
 run's contributions average to zero and y_si = (BLEU_sys,s - BLEU_base,s) + (contribution of
 i to the system's BLEU - to the baseline's); the mean of y over sentences is the seed's exact
-corpus-BLEU difference. The variance components come from the two-way ANOVA without
-replication (method of moments, Searle, Casella & McCulloch 1992, ch. 4; "G theory"'s
-p x i design, Brennan 2001):
+corpus-BLEU difference. Mean squares of the two-way ANOVA without replication (Searle,
+Casella & McCulloch 1992, ch. 4; "G theory"'s p x i design, Brennan 2001):
 
     MS_seed = N sum_s (ybar_s - ybar)^2 / (S - 1)           E = s_int^2 + N s_seed^2
     MS_sent = S sum_i (ybar_i - ybar)^2 / (N - 1)           E = s_int^2 + S s_sent^2
     MS_int  = sum (y_si - ybar_s - ybar_i + ybar)^2 / ((S-1)(N-1))     E = s_int^2
 
-sigma_seed^2 = (MS_seed - MS_int) / N and sigma_sentence^2 = (MS_sent - MS_int) / S, each set to 0
-where negative (the usual rule; it makes V larger, never smaller, than the unbiased
-(MS_seed + MS_sent - MS_int) / (S N)). So V = (c_seed MS_seed + c_sent MS_sent + c_int MS_int) / (S N)
-with c = 1 for each component kept, and the interval is mean +- t(df) sqrt(V), df by
-Satterthwaite (1946) from the mean squares' own degrees of freedom.
+The estimate of V is the seed-level one plus the sentence term:
 
-A component estimated below zero is reported as such (``components``), with the F ratio
-of the seed to the interaction mean square and its lower-tail probability: a spread of the
-per-seed differences much smaller than the interaction implies (``seed_spread_p_lower``
-small) says the model's independence assumption may not hold for this pair.
+    V = [MS_seed + max(MS_sent - MS_int, 0)] / (S N)
+
+(unbiased while sigma_sentence^2 >= 0; the per-seed spread is used as observed, not replaced by what
+the interaction implies, so the interval is never narrower than the seed-level one and does
+not jump when the estimated seed component crosses zero), and the interval is
+mean +- t(df) sqrt(V), df by Satterthwaite (1946) over the three mean squares. The
+components (sigma_seed^2 = (MS_seed - MS_int) / N may come out negative), their share of V, and
+the F ratio MS_seed / MS_int with its lower-tail probability are reported: a small
+``seed_spread_p_lower`` says the per-seed differences agree more than the interaction
+implies, which the model does not expect.
+
+``set_gap``: where two sets are drawn from one pool (test and valid of the demo) they measure
+the same quantity; the mean over seeds of (difference on one - on the other) has, under the
+model, only sentence sampling as variance (the seeds' models are the same on both): a gap far
+outside it says the sets differ or the model misses a structure.
 """
 import math
 from typing import Callable, Dict, Mapping, Optional, Sequence
@@ -70,7 +79,8 @@ def jackknife_contributions(stats: Stats, score: Callable[[np.ndarray], float]):
 
 def _undefined(out, note):
     out.update(dict.fromkeys(("mean_diff", "se", "df", "ci_low", "ci_high", "p", "components", "mean_squares",
-                              "variance_shares", "seed_only_se", "seed_spread_f", "seed_spread_p_lower"), None))
+                              "variance_shares", "seed_only_se", "seed_spread_f", "seed_spread_p_lower",
+                              "sentence_sampling_variance"), None))
     out["note"] = note
     return out
 
@@ -84,10 +94,12 @@ def seed_and_sentence_difference(system: Mapping[object, Stats], baseline: Mappi
     same order, paired on the seeds both have. Returns seeds, n_seeds, n_sentences,
     per_seed (exact score differences), mean_diff, se, df, ci_low / ci_high, p (two-sided,
     t with Satterthwaite df), components (sigma^2 of seed / sentence / interaction as estimated,
-    negative ones kept negative), truncated (those set to 0 for V), mean_squares,
-    variance_shares (each component's share of V), seed_only_se (what the seed-level t uses),
-    seed_spread_f (MS_seed / MS_int) and seed_spread_p_lower (P(F <= that) when
-    sigma_seed^2 = 0), and a note where something is undefined. JSON-serialisable; undefined
+    negative ones kept negative), truncated (["sentence"] where its component was set to 0),
+    mean_squares, variance_shares (of V: "seed_spread", the per-seed differences' spread, and
+    "sentence"), seed_only_se (what the seed-level t uses), seed_spread_f (MS_seed / MS_int) and
+    seed_spread_p_lower (P(F <= that) when sigma_seed^2 = 0), sentence_sampling_variance (the part
+    of the mean's variance that drawing other sentences for these seeds' models would give,
+    for ``set_gap``), and a note where something is undefined. JSON-serialisable; undefined
     values are None."""
     from scipy import stats as st
 
@@ -125,17 +137,16 @@ def seed_and_sentence_difference(system: Mapping[object, Stats], baseline: Mappi
     ms_sent = S * float(((per_sentence - grand) ** 2).sum()) / df_sent
     residual = y - per_seed[:, None] - per_sentence[None, :] + grand
     ms_int = float((residual ** 2).sum()) / df_int
-    seed_var, sent_var = (ms_seed - ms_int) / N, (ms_sent - ms_int) / S
+    seed_var, sent_var = (ms_seed - ms_int) / N, (ms_sent - ms_int) / S  # may be negative
     out["components"] = {"seed": seed_var, "sentence": sent_var, "interaction": ms_int}
     out["mean_squares"] = {"seed": ms_seed, "sentence": ms_sent, "interaction": ms_int}
-    keep_seed, keep_sent = seed_var > 0, sent_var > 0
-    out["truncated"] = [name for name, kept in (("seed", keep_seed), ("sentence", keep_sent)) if not kept]
-    parts = {"seed": max(seed_var, 0.0) / S, "sentence": max(sent_var, 0.0) / N, "interaction": ms_int / (S * N)}
+    keep_sent = sent_var > 0
+    out["truncated"] = [] if keep_sent else ["sentence"]
+    parts = {"seed_spread": ms_seed / (S * N), "sentence": max(sent_var, 0.0) / N}
     v = sum(parts.values())
-    # V (S N) as a combination of mean squares: the kept components' MS, and MS_int once for
-    # the interaction less once for each kept component (whose MS already holds it)
-    terms = [(1.0 if keep_seed else 0.0, ms_seed, df_seed), (1.0 if keep_sent else 0.0, ms_sent, df_sent),
-             (1.0 - keep_seed - keep_sent, ms_int, df_int)]
+    # V (S N) as a combination of mean squares: MS_seed, and MS_sent - MS_int where kept
+    terms = [(1.0, ms_seed, df_seed), (1.0 if keep_sent else 0.0, ms_sent, df_sent),
+             (-1.0 if keep_sent else 0.0, ms_int, df_int)]
     out["seed_only_se"] = math.sqrt(ms_seed / (S * N))
     if ms_int > 0:
         f = ms_seed / ms_int
@@ -143,6 +154,7 @@ def seed_and_sentence_difference(system: Mapping[object, Stats], baseline: Mappi
         out["seed_spread_p_lower"] = float(st.f.cdf(f, df_seed, df_int))
     else:
         out["seed_spread_f"] = out["seed_spread_p_lower"] = None
+    out["sentence_sampling_variance"] = max(sent_var, 0.0) / N + ms_int / (S * N)
     if v <= 0:
         out.update(se=0.0, df=None, ci_low=None, ci_high=None, p=None, variance_shares=None,
                    note="no variance at any level: no interval")
@@ -154,4 +166,26 @@ def seed_and_sentence_difference(system: Mapping[object, Stats], baseline: Mappi
     half = float(st.t.ppf(1 - alpha / 2, df)) * se
     out.update(se=se, df=df if math.isfinite(df) else None, ci_low=grand - half, ci_high=grand + half,
                p=float(2 * st.t.sf(abs(grand) / se, df)), note=None)
+    return out
+
+
+def set_gap(first: Mapping, second: Mapping) -> Dict:
+    """Mean over seeds of (difference on one set - on another), for two results of
+    :func:`seed_and_sentence_difference` on the same seeds' models, with its standard deviation
+    under the model when both sets are drawn from one pool (sentence sampling only: the seed
+    effects are the same on both), z and a two-sided normal p."""
+    from scipy import stats as st
+
+    out = {"per_seed": None, "mean": None, "model_sd": None, "z": None, "p": None, "note": None}
+    if first.get("per_seed") is None or second.get("per_seed") is None or first.get("seeds") != second.get("seeds"):
+        out["note"] = "the two sets do not have the same seeds' differences"
+        return out
+    gaps = [a - b for a, b in zip(first["per_seed"], second["per_seed"])]
+    out["per_seed"], out["mean"] = gaps, sum(gaps) / len(gaps)
+    variances = (first.get("sentence_sampling_variance"), second.get("sentence_sampling_variance"))
+    if None in variances or sum(variances) <= 0:
+        out["note"] = "no sentence-sampling variance: no test"
+        return out
+    sd = math.sqrt(sum(variances))
+    out.update(model_sd=sd, z=out["mean"] / sd, p=float(2 * st.norm.sf(abs(out["mean"]) / sd)))
     return out
