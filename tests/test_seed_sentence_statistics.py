@@ -138,14 +138,14 @@ def _study(per_seed_offsets, rng_seed=3, seeds=5, sentences=200):
     return ({s: _rows(y[s]) for s in range(seeds)}, {s: _rows(np.zeros(sentences)) for s in range(seeds)})
 
 
-def test_the_interval_is_continuous_where_the_seed_component_crosses_zero_and_never_narrower_than_seed_level():
+def test_the_interval_is_continuous_where_the_seed_component_crosses_zero_and_its_variance_holds_the_seed_level_one():
     shape = np.array([-1.0, -0.5, 0.0, 0.5, 1.0])
     widths, fs = [], []
     scales = np.linspace(0.5, 2.0, 61)
     for scale in scales:
         r = seed_and_sentence_difference(*_study(0.3 + scale * shape), _mean_score)
-        seed_half = stats.t.ppf(0.975, 4) * r["seed_only_se"]
-        assert r["ci_high"] - r["mean_diff"] >= seed_half * (1 - 1e-9)
+        assert r["se"] >= r["seed_only_se"] * (1 - 1e-12)
+        assert r["se"] ** 2 == pytest.approx(r["seed_only_se"] ** 2 + max(r["components"]["sentence"], 0) / 200)
         widths.append(r["ci_high"] - r["ci_low"])
         fs.append(r["seed_spread_f"])
     assert min(fs) < 1 < max(fs)  # the seed component's estimate crosses zero in this range

@@ -39,8 +39,10 @@ The estimate of V is the seed-level one plus the sentence term:
     V = [MS_seed + max(MS_sent - MS_int, 0)] / (S N)
 
 (unbiased while sigma_sentence^2 >= 0; the per-seed spread is used as observed, not replaced by what
-the interaction implies, so the interval is never narrower than the seed-level one and does
-not jump when the estimated seed component crosses zero), and the interval is
+the interaction implies, so V is never below the seed-level variance and does not jump when
+the estimated seed component crosses zero; the interval can come out a little narrower than
+the seed-level one where the sentence term's degrees of freedom raise df above S - 1), and the
+interval is
 mean +- t(df) sqrt(V), df by Satterthwaite (1946) over the three mean squares. The
 components (sigma_seed^2 = (MS_seed - MS_int) / N may come out negative), their share of V, and
 the F ratio MS_seed / MS_int with its lower-tail probability are reported: a small
