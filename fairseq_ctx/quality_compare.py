@@ -322,6 +322,9 @@ def with_seed_and_sentence(comparisons, results, refs, valid_refs=None, tgt="en"
                 out[label] = {"note": f"seed(s) {', '.join(map(str, lacking))} have no stored translations of this "
                                       "set: no interval" if lacking else "no paired seeds"}
                 continue
+            if sum(len(r) for _, r in parts) < 2:  # the jackknife needs two sentences
+                out[label] = {"note": "fewer than 2 sentences: no interval"}
+                continue
             out[label] = seed_and_sentence_difference(
                 {s: [row for key, r in parts for row in stats(name, s, key, r)] for s in seeds},
                 {s: [row for key, r in parts for row in stats(base, s, key, r)] for s in seeds}, score, alpha)
@@ -340,10 +343,10 @@ def seed_and_sentence_markdown(comparisons):
         return []
     lines = ["", "## Seeds and sentences both sampled", "",
              "Δ: mean over seeds of (system BLEU - baseline BLEU) with a 95 % interval for the expected difference on "
-             "the population the sentences are drawn from, over training seeds: the seed-level variance (the spread "
-             "of the per-seed differences) plus the variance of a sentence effect shared by the seeds (crossed seed x "
-             "sentence design, each run's corpus BLEU linearised by the jackknife; t with Satterthwaite df; "
-             "`fairseq_ctx/analysis/seed_sentence_statistics.py`). Beside it the seed-level interval, which holds "
+             "the population the sentences are drawn from, over training seeds: the variance of the per-seed "
+             "differences (at least what the seed x sentence interaction alone implies) plus that of a sentence "
+             "effect shared by the seeds (crossed seed x sentence design, each run's corpus BLEU linearised by the "
+             "jackknife; t with Satterthwaite df; `fairseq_ctx/analysis/seed_sentence_statistics.py`). Beside it the seed-level interval, which holds "
              "these sentences fixed, and the sentence term's share of the variance (0 %*: estimated below zero, set "
              "to 0). F: seed over interaction mean square, with P(F ≤ it) if there were no seed effect (small: the "
              "per-seed differences agree more than the sentence-level noise implies, which the model does not "

@@ -670,7 +670,12 @@ def test_seed_and_sentence_intervals_use_each_runs_own_test_and_valid_translatio
         half = stats.t.ppf(0.975, 2) * statistics.stdev(st["per_seed"]) / math.sqrt(3)
         assert cells[8] == f"{st['mean_diff']:+.2f} [{st['mean_diff'] - half:+.2f}, {st['mean_diff'] + half:+.2f}]"
         assert cells[9].rstrip("*") == f"{100 * st['variance_shares']['sentence']:.0f} %"
-    assert f"- 01-good: {gap['mean']:+.2f} (per seed" in section
+        assert cells[9].endswith("*") == ("sentence" in st["truncated"])
+        assert cells[6] == f"{st['df']:.1f}" and cells[7] == f"{st['p']:.3f}"
+    gap_line = next(line for line in section.splitlines() if line.startswith("- 01-good: "))
+    assert gap_line.startswith(f"- 01-good: {gap['mean']:+.2f} (per seed")
+    assert f"z {gap['z']:+.1f}, p {gap['p']:.3g}" in gap_line
+    assert ("differ more than sentence sampling explains" in gap_line) == (gap["p"] < 0.05)
 
 
 def test_seeds_without_translations_get_no_seed_and_sentence_interval_and_it_is_said(qc, study, tmp_path):

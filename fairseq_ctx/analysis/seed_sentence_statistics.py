@@ -34,20 +34,23 @@ Casella & McCulloch 1992, ch. 4; "G theory"'s p x i design, Brennan 2001):
     MS_sent = S sum_i (ybar_i - ybar)^2 / (N - 1)           E = s_int^2 + S s_sent^2
     MS_int  = sum (y_si - ybar_s - ybar_i + ybar)^2 / ((S-1)(N-1))     E = s_int^2
 
-The estimate of V is the seed-level one plus the sentence term:
+V is estimated as
 
-    V = [MS_seed + max(MS_sent - MS_int, 0)] / (S N)
+    V = [max(MS_seed, MS_int) + max(MS_sent - MS_int, 0)] / (S N)
 
-(unbiased while sigma_sentence^2 >= 0; the per-seed spread is used as observed, not replaced by what
-the interaction implies, so V is never below the seed-level variance and does not jump when
-the estimated seed component crosses zero; the interval can come out a little narrower than
-the seed-level one where the sentence term's degrees of freedom raise df above S - 1), and the
-interval is
-mean +- t(df) sqrt(V), df by Satterthwaite (1946) over the three mean squares. The
-components (sigma_seed^2 = (MS_seed - MS_int) / N may come out negative), their share of V, and
-the F ratio MS_seed / MS_int with its lower-tail probability are reported: a small
-``seed_spread_p_lower`` says the per-seed differences agree more than the interaction
-implies, which the model does not expect.
+i.e. sigma_seed^2 and sigma_sentence^2 set to 0 where estimated below zero. Two bounds hold for it:
+it is never below the seed-level variance MS_seed / (S N) (what the seed-level t uses), and never
+below the variance that drawing other sentences for these seeds' models alone gives,
+sigma_sentence^2 / N + sigma_interaction^2 / (S N) (law of total variance; re-splitting the demo's
+2,000 held-out sentences at random reproduces its size). The first bound alone is not enough:
+where the per-seed differences agree more than the interaction implies (F = MS_seed / MS_int
+well below 1) the seed-level variance falls below the sentence-sampling one. The interval is
+mean +- t(df) sqrt(V), df by Satterthwaite (1946) with the first term counted at S - 1 degrees
+of freedom also when MS_int stands in for MS_seed (conservative; it keeps V and df continuous
+where F crosses 1 and where the sentence component crosses zero). The components
+(sigma_seed^2 = (MS_seed - MS_int) / N may come out negative), the sentence term's share of V and
+the F ratio with its lower-tail probability (small: the per-seed differences agree more than
+the model expects) are reported.
 
 ``set_gap``: where two sets are drawn from one pool (test and valid of the demo) they measure
 the same quantity; the mean over seeds of (difference on one - on the other) has, under the
@@ -96,9 +99,9 @@ def seed_and_sentence_difference(system: Mapping[object, Stats], baseline: Mappi
     same order, paired on the seeds both have. Returns seeds, n_seeds, n_sentences,
     per_seed (exact score differences), mean_diff, se, df, ci_low / ci_high, p (two-sided,
     t with Satterthwaite df), components (sigma^2 of seed / sentence / interaction as estimated,
-    negative ones kept negative), truncated (["sentence"] where its component was set to 0),
-    mean_squares, variance_shares (of V: "seed_spread", the per-seed differences' spread, and
-    "sentence"), seed_only_se (what the seed-level t uses), seed_spread_f (MS_seed / MS_int) and
+    negative ones kept negative), truncated (those set to 0 for V), mean_squares,
+    variance_shares (of V: "seed", the seed term max(MS_seed, MS_int) / (S N), and "sentence"),
+    seed_only_se (what the seed-level t uses), seed_spread_f (MS_seed / MS_int) and
     seed_spread_p_lower (P(F <= that) when sigma_seed^2 = 0), sentence_sampling_variance (the part
     of the mean's variance that drawing other sentences for these seeds' models would give,
     for ``set_gap``), and a note where something is undefined. JSON-serialisable; undefined
@@ -143,11 +146,13 @@ def seed_and_sentence_difference(system: Mapping[object, Stats], baseline: Mappi
     out["components"] = {"seed": seed_var, "sentence": sent_var, "interaction": ms_int}
     out["mean_squares"] = {"seed": ms_seed, "sentence": ms_sent, "interaction": ms_int}
     keep_sent = sent_var > 0
-    out["truncated"] = [] if keep_sent else ["sentence"]
-    parts = {"seed_spread": ms_seed / (S * N), "sentence": max(sent_var, 0.0) / N}
+    out["truncated"] = [name for name, var in (("seed", seed_var), ("sentence", sent_var)) if var <= 0]
+    seed_term = max(ms_seed, ms_int)  # never below the interaction: the sentence-sampling floor
+    parts = {"seed": seed_term / (S * N), "sentence": max(sent_var, 0.0) / N}
     v = sum(parts.values())
-    # V (S N) as a combination of mean squares: MS_seed, and MS_sent - MS_int where kept
-    terms = [(1.0, ms_seed, df_seed), (1.0 if keep_sent else 0.0, ms_sent, df_sent),
+    # V (S N) as a combination of mean squares: the seed term (at S - 1 df, also where MS_int
+    # stands in for MS_seed), and MS_sent - MS_int where kept
+    terms = [(1.0, seed_term, df_seed), (1.0 if keep_sent else 0.0, ms_sent, df_sent),
              (-1.0 if keep_sent else 0.0, ms_int, df_int)]
     out["seed_only_se"] = math.sqrt(ms_seed / (S * N))
     if ms_int > 0:
