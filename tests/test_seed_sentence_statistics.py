@@ -173,7 +173,7 @@ def test_the_interval_is_continuous_where_the_seed_component_crosses_zero_and_ho
     assert np.abs(np.diff(dfs)).max() < 0.1, dfs
 
 
-def test_the_interval_is_continuous_where_the_sentence_component_crosses_zero():
+def test_the_interval_barely_moves_where_the_sentence_component_crosses_zero():
     # tiny per-seed spread (F << 1), the shared sentence effect grown through zero
     widths, dfs, sentence = [], [], []
     for sd in np.linspace(0.0, 4.0, 81):

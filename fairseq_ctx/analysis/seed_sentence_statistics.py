@@ -47,7 +47,8 @@ where the per-seed differences agree more than the interaction implies (F = MS_s
 well below 1) the seed-level variance falls below the sentence-sampling one. The interval is
 mean +- t(df) sqrt(V), df by Satterthwaite (1946) with the first term counted at S - 1 degrees
 of freedom also when MS_int stands in for MS_seed (conservative; it keeps V and df continuous
-where F crosses 1 and where the sentence component crosses zero). The components
+where F crosses 1, and V continuous where the sentence component crosses zero, where df moves
+by at most a relative S / (N - 1)). The components
 (sigma_seed^2 = (MS_seed - MS_int) / N may come out negative), the sentence term's share of V and
 the F ratio with its lower-tail probability (small: the per-seed differences agree more than
 the model expects) are reported.
