@@ -59,7 +59,7 @@ model, only sentence sampling as variance (the seeds' models are the same on bot
 outside it says the sets differ or the model misses a structure.
 """
 import math
-from typing import Callable, Dict, Mapping, Optional, Sequence
+from typing import Callable, Dict, Mapping, Sequence
 
 import numpy as np
 
