@@ -291,3 +291,13 @@ def test_two_sets_from_one_pool_disagree_as_often_as_the_set_gap_says():
         rejections += gap["p"] < 0.05
     # a calibrated sd: z about standard normal, about 5 % of the gaps beyond 1.96
     assert 0.8 < float(np.std(zs)) < 1.25 and rejections / 120 <= 0.11
+
+
+def test_a_set_gap_between_different_seeds_is_refused_with_a_note():
+    one = seed_and_sentence_difference({1: _rows([1, 2]), 2: _rows([2, 3])}, {1: _rows([0, 0]), 2: _rows([0, 1])},
+                                       _mean_score)
+    other = seed_and_sentence_difference({1: _rows([1, 2]), 3: _rows([2, 3])}, {1: _rows([0, 0]), 3: _rows([0, 1])},
+                                         _mean_score)
+    gap = set_gap(one, other)
+    assert gap["mean"] is None and gap["p"] is None and "same seeds" in gap["note"]
+    assert set_gap(one, one)["mean"] == pytest.approx(0)
