@@ -62,6 +62,10 @@ def _site_dirs():
 def python_env(env=None):
     """An environment whose ``python -m fairseq_ctx...`` / ``import fairseq_ctx`` gets this very copy."""
     env = dict(os.environ if env is None else env)
+    # no working directory first on the children's sys.path (``python -m`` / ``-c`` put it there):
+    # a fairseq_ctx where the user runs a command (a checkout beside an installed copy) would
+    # be imported by the children instead of this copy
+    env["PYTHONSAFEPATH"] = "1"
     # a checkout (or a --target directory) is put on PYTHONPATH; a site-packages directory is
     # not: the interpreter finds it anyway, and on PYTHONPATH it would come before the stdlib
     if os.path.realpath(IMPORT_ROOT) not in _site_dirs():

