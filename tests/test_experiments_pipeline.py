@@ -4,6 +4,7 @@ bootstrap, length buckets) -> table; and the gate / routing statistics of traine
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -47,6 +48,25 @@ def test_two_cpu_processes_train_through_fairseq_distributed(distributed_run):
     assert "'distributed_world_size': 2" in log and "'distributed_backend': 'gloo'" in log
     assert re.search(r"num_updates\D+4\b", log)
     assert {"checkpoint_1_2.pt", "checkpoint_1_4.pt", "checkpoint_last.pt"} <= set(os.listdir(save_dir))
+
+
+def test_torchrun_workers_run_this_copy_from_the_root_of_another_checkout(tiny_corpus, tmp_path):
+    """fairseq-ctx-train --launcher torchrun started where another checkout's fairseq_ctx lies:
+    torchrun's `-m` workers put the working directory first on sys.path unless told not to."""
+    shadow = tmp_path / "other-checkout"
+    (shadow / "fairseq_ctx").mkdir(parents=True)
+    (shadow / "fairseq_ctx" / "__init__.py").write_text("raise SystemExit('imported the fairseq_ctx of the working directory')\n")
+    config = write_config(tmp_path, "transformer", "--arch transformer " + TINY)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    env.update(PYTHONPATH=ROOT, OMP_NUM_THREADS="1")  # the driver itself: this copy (-P below)
+    proc = subprocess.run(
+        [sys.executable, "-P", "-m", "fairseq_ctx.reproduce.train", config, "cpu", "--gpus", "1",
+         "--launcher", "torchrun", "--backend", "gloo", "--master-port", str(29100 + os.getpid() % 400),
+         "--data", str(tiny_corpus / "bin"), "--save-dir", str(tmp_path / "ckpt"), "--",
+         *QUICK, "--max-update", "1"], capture_output=True, text=True, cwd=shadow, env=env, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert "working directory" not in log, log[-3000:]
+    assert proc.returncode == 0 and re.search(r"num_updates\D+1\b", log), log[-3000:]
 
 
 def test_evaluate_averages_checks_every_sentence_and_scores_with_significance(distributed_run, tiny_corpus):

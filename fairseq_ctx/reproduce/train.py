@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..checkpoint_repair import finished_at, repair_before_resuming
-from ..paths import CONFIGS, config_path
+from ..paths import CONFIGS, config_path, python_env
 from ..paths import IMPORT_ROOT as ROOT  # noqa: F401  (runner: child processes run from there)
 from ..paths import PACKAGE_DIR as USER_DIR
 from ..run_lock import RunInUse, RunLock, held_fds
@@ -479,7 +479,8 @@ def main(argv=None):
         print(f"train: {args.save_dir}/checkpoint_last.pt is at update {done} (--max-update): the training has "
               "finished; not started again", file=sys.stderr, flush=True)
         sys.exit(0)
-    sys.exit(subprocess.call(cmd, pass_fds=held_fds(args.save_dir)))
+    # python_env: torchrun's `-m` workers would import a fairseq_ctx in the working directory
+    sys.exit(subprocess.call(cmd, pass_fds=held_fds(args.save_dir), env=python_env()))
 
 
 if __name__ == "__main__":
