@@ -83,7 +83,9 @@ def script_env(env=None):
     interpreter importing this very copy, this environment's tools (fairseq-preprocess,
     subword-nmt) come first on PATH, and their default output root is WORK_DIR."""
     env = python_env(env)
-    env.setdefault("PY", sys.executable)
+    # always this interpreter: an inherited PY (the Makefile exports a relative .venv/bin/python)
+    # may name another Python, or none from where the command runs
+    env["PY"] = sys.executable
     # where the scripts put a corpus by default: where the reproduction looks for it
     env["FAIRSEQ_CTX_WORK"] = WORK_DIR
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")

