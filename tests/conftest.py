@@ -32,6 +32,13 @@ def cli_env():
     return env
 
 
+def shadow_checkout(path):
+    """A directory holding a fairseq_ctx that must never be imported (as another checkout's would)."""
+    (path / "fairseq_ctx").mkdir(parents=True)
+    (path / "fairseq_ctx" / "__init__.py").write_text("raise SystemExit('imported the fairseq_ctx of the working directory')\n")
+    return path
+
+
 def run(cmd, **kwargs):
     proc = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), cwd=ROOT, **kwargs)
     if proc.returncode != 0:

