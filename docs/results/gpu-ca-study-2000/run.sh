@@ -3,6 +3,9 @@
 # (gate_half) vs transformer study at 2,000 updates x 5 seeds, then, with the time left, the
 # GPU speed rows. Everything it reports goes to $OUT (at most 8 files).
 # Knobs for a CPU dry run: PY, SKIP_WHEELS=1, DEADLINE (s), STUDY (extra quality-compare args).
+# Knobs for other studies (defaults: the run above): SEEDS, UPDATES, CURVE (curve update counts),
+# VALID_BLEU ("" to skip the valid-set decodes), NO_BENCH=1. The 3,000-update run of
+# docs/results/gpu-ca-study-3000/: UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1.
 set -u
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-560}
@@ -45,8 +48,9 @@ S=$W/study
 mkdir -p "$S"
 # shellcheck disable=SC2086
 setsid "$PY" -m fairseq_ctx.quality_compare --data-dir "$W/data" --config-dir "$C/init_study" \
-    --common "$C/demo/train.common" --configs '00-*' '02-*' --seeds 1 2 3 4 5 --updates 2000 \
-    --curve-updates 1200 --valid-bleu --threads 1 --jobs 10 --out-dir "$S" \
+    --common "$C/demo/train.common" --configs '00-*' '02-*' --seeds ${SEEDS:-1 2 3 4 5} \
+    --updates "${UPDATES:-2000}" --curve-updates ${CURVE:-1200} ${VALID_BLEU---valid-bleu} --threads 1 \
+    --jobs 10 --out-dir "$S" \
     --json "$S/quality.json" --markdown "$S/table.md" --curve-png "$S/curves.png" ${STUDY:-} \
     >"$OUT/study.log" 2>&1 </dev/null &
 pid=$!
