@@ -49,7 +49,16 @@ finished runs retrains them and scores every point of the run again (final inclu
 the same seed retrains bit for bit only on the same host and thread count, so no run's
 scores mix two trainings. With ``--keep-checkpoints``, a rerun with another ``--beam`` or
 generation options scores the kept checkpoints again instead of training (the report and
-each run's scores are overwritten: pass other ``--json`` / ``--markdown`` / ``--curve-png``).
+each run's scores are overwritten: pass other ``--json`` / ``--markdown`` / ``--curve-png``),
+and a rerun with a larger ``--updates`` continues each kept training from its last
+checkpoint instead of starting again, where the learning-rate schedule does not depend on
+--max-update (inverse_sqrt, fixed; not cosine, tri_stage, reduce_lr_on_plateau, or
+polynomial_decay without --total-num-update): fairseq restores optimizer, schedule, data
+position and per-update seeds, so the continued run is the run trained to the new count from
+the start (bit for bit on one machine and thread count; tested), and its scores at the old
+count and at asked-for curve points below it are kept as curve points (each run records
+"extended_from_updates"). Without kept checkpoints, or under such a schedule, a larger
+``--updates`` trains every run again from the start, and says so first.
 
 Seeds run elsewhere (another machine, an earlier out-dir that is gone): ``--import-runs
 REPORT.json`` takes those seeds' records from an earlier report of the same settings,
@@ -91,7 +100,7 @@ import threading
 import time
 
 from .atomic import atomic_write
-from .checkpoint_repair import finished_at, restore_last_from_newest_whole, written_to_the_end
+from .checkpoint_repair import finished_at, restore_last_from_newest_whole, stored_updates, written_to_the_end
 from .evaluation.defaults import PAPER_DEFAULTS
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
 from .run_lock import RunInUse, RunLock, held_fds
@@ -972,30 +981,57 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     ``evaluate``'s defaults, zh -> en).
     """
     curve_updates = sorted({int(u) for u in curve_updates if int(u) < updates})
-    settings_common = f"updates={updates} beam={beam} common={' '.join(common)} gen={' '.join(gen_args)}"
-    if gpus_per_run and gpus_per_run > 1:  # one-device runs (CPU, one GPU, pinned) keep the settings they had
-        settings_common += f" gpus_per_run={gpus_per_run}"
+    per_run = f" gpus_per_run={gpus_per_run}" if gpus_per_run and gpus_per_run > 1 else ""
 
-    def training_settings(name, seed):
+    def scoring_settings(name, seed, n=updates):
+        """Everything a run's scores depend on (one-device runs, CPU, one GPU or pinned, keep
+        the settings they had: no gpus_per_run)."""
+        return (f"updates={n} beam={beam} common={' '.join(common)} gen={' '.join(gen_args)}{per_run} "
+                f"args={' '.join(configs[name])} seed={seed}")
+
+    def training_settings(name, seed, n=updates):
         """What decides a run's checkpoints (not how they are scored): kept checkpoints
         (--keep-checkpoints) of a run are scored again with another beam or generation
         options instead of being trained again."""
-        words = f"updates={updates} common={' '.join(common)}"
-        if gpus_per_run and gpus_per_run > 1:
-            words += f" gpus_per_run={gpus_per_run}"
-        return f"{words} args={' '.join(configs[name])} seed={seed}"
+        return f"updates={n} common={' '.join(common)}{per_run} args={' '.join(configs[name])} seed={seed}"
+
+    lr_fixed_length = {name: not lr_depends_on_max_update([*common, *configs[name]]) for name in configs}
+
+    def kept_shorter_training(name, seed, run_dir):
+        """The update count of this run's kept training (--keep-checkpoints) of the same settings
+        and fewer updates, which fairseq can continue to ``updates``: the learning-rate schedule
+        does not depend on --max-update, and fairseq restores optimizer, schedule, data position
+        and per-update seeds, so the continuation is the run trained to ``updates`` from the
+        start (bit for bit on the same host and thread count). None where there is none."""
+        ckpt_dir = os.path.join(run_dir, "checkpoints")
+        trained = _read_json(os.path.join(ckpt_dir, "trained.json")) or {}
+        m = re.match(r"updates=(\d+) ", _as_training_key(trained.get("settings")) or "")
+        if not (m and lr_fixed_length[name] and int(m.group(1)) < updates):
+            return None
+        n = int(m.group(1))
+        last = os.path.join(ckpt_dir, "checkpoint_last.pt")
+        if (_as_training_key(trained["settings"]) != training_settings(name, seed, n) or not os.path.exists(last)
+                or not written_to_the_end(last) or stored_updates(last) != n):
+            return None
+        return n
 
     results = {name: {} for name in configs}
-    todo, scored_otherwise = [], []
+    todo, scored_otherwise, continued, shorter_gone = [], [], [], []
     for seed in seeds:
         for name in sorted(configs):
             run_dir = os.path.join(out_dir, "runs", name, f"seed{seed}")
-            settings = f"{settings_common} args={' '.join(configs[name])} seed={seed}"
+            settings = scoring_settings(name, seed)
             prev = _read_json(os.path.join(run_dir, "result.json"))
             final = prev if prev and prev.get("settings") == settings else None
             if (final is None and prev and _as_training_key(prev.get("settings")) == training_settings(name, seed)
                     and not os.path.exists(os.path.join(run_dir, "checkpoints", "checkpoint_last.pt"))):
                 scored_otherwise.append(f"{name} seed {seed}")
+            if final is None and kept_shorter_training(name, seed, run_dir):
+                continued.append(f"{name} seed {seed}")
+            elif final is None and prev and re.match(r"updates=(\d+) ", prev.get("settings") or ""):
+                n = int(re.match(r"updates=(\d+) ", prev["settings"]).group(1))
+                if n < updates and _as_training_key(prev["settings"]) == training_settings(name, seed, n):
+                    shorter_gone.append((lr_fixed_length[name], f"{name} seed {seed}"))
             points = _done_points(run_dir, settings)
             valid_points = _done_points(run_dir, settings, "valid")
             missing = [u for u in curve_updates if u not in points]
@@ -1052,6 +1088,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 and set(needed) <= set(trained.get("curve_updates", []))):
             train_s, resumed_at = trained.get("train_seconds", 0.0), trained.get("resumed_at_update")
             trained_with, earlier_attempts = trained.get("trained_with"), trained.get("earlier_attempts")
+            extended_from = trained.get("extended_from_updates")
             log(f"[quality] {name} seed {seed}: trained already, scoring its checkpoints")
         else:
             key = {"settings": train_key, "curve_updates": curve_updates}
@@ -1064,6 +1101,10 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             # continues in another floating-point order, so the record names every one
             trained_with = _run_provenance(threads, [*common, *configs[name]], device, pinned_name(device))
             earlier_attempts = None
+            # a kept training of fewer updates (--keep-checkpoints): continued, not started again
+            extended = None if resumed else kept_shorter_training(name, seed, run_dir)
+            # (an interrupted continuation resumes like any training; started.json remembers it)
+            extended_from = extended or (started.get("extended_from_updates") if resumed else None)
             # the training ended after the driver of its last attempt was gone: fairseq-train
             # started again would take one more update and overwrite checkpoint_last.pt
             done = finished_at(ckpt_dir, updates) if resumed else None
@@ -1073,11 +1114,26 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 # the attempt that finished it is the last one recorded; this one trained nothing
                 trained_with, earlier_attempts = earlier_attempts[-1], earlier_attempts[:-1] or None
                 log(f"[quality] {name} seed {seed}: its training had finished ({done} updates); not started again")
+            elif extended:
+                earlier_attempts = [*(trained.get("earlier_attempts") or []), trained.get("trained_with") or {
+                    "note": "not recorded"}]
+                _write_json(os.path.join(ckpt_dir, "started.json"), {**key, "attempts": [*earlier_attempts, trained_with],
+                                                                     "extended_from_updates": extended})
+                points, valid_points = adopt_shorter_scores(name, seed, run_dir, ckpt_dir, extended)
+                final = None
+                missing = [u for u in curve_updates if u not in points]
+                missing_valid = [u for u in curve_updates + [updates] if u not in valid_points] if valid_ref else []
+                log(f"[quality] {name} seed {seed}: continuing its kept training of {extended} updates to {updates} "
+                    f"(--lr-scheduler {option_value([*common, *configs[name]], '--lr-scheduler') or 'fixed'} does "
+                    "not depend on --max-update: the same run as one trained to the end from the start)"
+                    + (f"; its scores at {', '.join(map(str, sorted(set(points) | set(valid_points))))} updates "
+                       "are kept" if points or valid_points else ""))
             elif resumed:
                 earlier_attempts = started.get("attempts") or [
                     {"note": "not recorded (the training started before attempts were recorded)"}]
                 _write_json(os.path.join(ckpt_dir, "started.json"),
-                            {**key, "attempts": [*earlier_attempts, trained_with]})
+                            {**key, "attempts": [*earlier_attempts, trained_with],
+                             **({"extended_from_updates": extended_from} if extended_from else {})})
                 # an interrupted training of exactly this: fairseq resumes from checkpoint_last.pt
                 log(f"[quality] {name} seed {seed}: resuming the interrupted training")
             else:
@@ -1112,11 +1168,12 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             else:
                 train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
                                    threads, **kwargs)
-                resumed_at = _resumed_at_update(log_path) if resumed else None
+                resumed_at = _resumed_at_update(log_path) if resumed or extended else None
             _write_json(os.path.join(ckpt_dir, "trained.json"),
                         {"settings": train_key, "curve_updates": curve_updates, "train_seconds": round(train_s, 1),
                          "resumed_at_update": resumed_at, "trained_with": trained_with,
-                         **({"earlier_attempts": earlier_attempts} if earlier_attempts else {})})
+                         **({"earlier_attempts": earlier_attempts} if earlier_attempts else {}),
+                         **({"extended_from_updates": extended_from} if extended_from else {})})
         if final is None:
             t0 = time.time()
             res, hyps = eval_fn(data_bin, last, ref, beam, os.path.join(run_dir, "eval"), gen_args=gen_args,
@@ -1129,6 +1186,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             if resumed_at is not None:
                 # train_seconds then counts only the part after the interruption
                 final["resumed_at_update"] = resumed_at
+            if extended_from:  # a kept shorter training continued (its first part's scores kept as points)
+                final["extended_from_updates"] = extended_from
             _write_json(os.path.join(run_dir, "result.json"), final)
             log(f"[quality] {name} seed {seed}: BLEU {res['bleu']} "
                 f"(train {train_s:.0f}s, eval {final['eval_seconds']:.0f}s)")
@@ -1156,6 +1215,39 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         if not keep_checkpoints:  # checkpoints are large and not needed once scored
             shutil.rmtree(ckpt_dir, ignore_errors=True)
         return name, seed, _with_curves(final, points, run_dir, updates, valid_points)
+
+    def adopt_shorter_scores(name, seed, run_dir, ckpt_dir, n):
+        """Before the kept ``n``-update training is continued: its scores at this comparison's
+        curve points (its final one included, a point now) under this comparison's settings,
+        as ({updates: test record}, {updates: valid record}); a copy of checkpoint_last.pt as the
+        checkpoint of update n where that point is asked for and not scored on every subset. Its
+        trained.json and result.json go: they describe a training that is now being continued
+        (a later run at n updates then trains again rather than scoring a longer model)."""
+        old, new = scoring_settings(name, seed, n), scoring_settings(name, seed)
+        for subset in POINT_DIRS:
+            for u, rec in _done_points(run_dir, old, subset).items():
+                if u in curve_updates:
+                    _write_json(_point_path(run_dir, u, subset), {**rec, "settings": new})
+        result = os.path.join(run_dir, "result.json")
+        prev = _read_json(result)
+        if prev and prev.get("settings") == old and n in curve_updates:
+            _write_json(_point_path(run_dir, n), {
+                "settings": new, "updates": n, "subset": "test", "bleu": prev["bleu"],
+                "signature": prev.get("signature"), "sentences": prev.get("sentences"),
+                "checkpoint": "checkpoint_last.pt (before it was continued)",
+                "eval_seconds": prev.get("eval_seconds"), "hyps": prev.get("hyps")})
+        points, valid_points = _done_points(run_dir, new), _done_points(run_dir, new, "valid")
+        last = os.path.join(ckpt_dir, "checkpoint_last.pt")
+        if (n in curve_updates and (n not in points or (valid_ref and n not in valid_points))
+                and n not in _checkpoints_by_update(ckpt_dir)):
+            # (the epoch in a checkpoint's name is not read: that of the latest save before it)
+            epoch = max([int(os.path.basename(p).split("_")[1]) for p in _checkpoints_by_update(ckpt_dir).values()]
+                        or [0])
+            shutil.copyfile(last, os.path.join(ckpt_dir, f"checkpoint_{epoch}_{n}.pt"))
+        for stale in (os.path.join(ckpt_dir, "trained.json"), result):
+            if os.path.exists(stale):
+                os.remove(stale)
+        return points, valid_points
 
     def resume_from_a_whole_checkpoint(name, seed, ckpt_dir, last):
         """checkpoint_last.pt is cut off: put the newest whole checkpoint_E_U.pt (written
@@ -1207,6 +1299,17 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         log(f"[quality] {len(scored_otherwise)} run(s) trained with these settings were scored with another beam "
             "or generation options and their checkpoints are gone (scored without --keep-checkpoints): trained "
             f"again to be scored: {', '.join(scored_otherwise)}")
+    if continued:
+        log(f"[quality] {len(continued)} run(s) continue their kept training of fewer updates to {updates} "
+            f"(their scores at asked-for points are kept): {', '.join(continued)}")
+    for fixed_length, why in ((True, "their checkpoints were not kept (--keep-checkpoints keeps them for a later, "
+                                     "longer run)"),
+                              (False, "their --lr-scheduler depends on --max-update, so a longer run follows "
+                                      "another learning-rate curve from the first update")):
+        runs = [run for fixed, run in shorter_gone if fixed == fixed_length]
+        if runs:
+            log(f"[quality] {len(runs)} run(s) finished with fewer updates are trained again from the start to "
+                f"{updates}: {why}: {', '.join(runs)}")
     if todo:
         log(f"[quality] {len(todo)} run(s) to train or score"
             + (f"; {len(retrain)} finished run(s) will be trained again for new points and all their "
@@ -1325,7 +1428,9 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     p.add_argument("--curve-png", default=None, help="learning-curve plot (default OUT_DIR/curves.png)")
     p.add_argument("--keep-checkpoints", action="store_true",
                    help="keep each run's checkpoints after scoring (default: deleted); a rerun with "
-                        "another --beam or generation options then scores them again instead of training")
+                        "another --beam or generation options then scores them again instead of training, "
+                        "and one with a larger --updates continues them (schedules that do not depend on "
+                        "--max-update, e.g. inverse_sqrt) instead of training from the start")
     p.add_argument("--import-runs", action="append", default=[], metavar="QUALITY_JSON",
                    help="use the runs of an earlier report (its quality.json: same settings, e.g. seeds "
                         "trained on another machine) for the asked-for seeds OUT_DIR has not run; "

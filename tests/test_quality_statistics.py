@@ -30,6 +30,7 @@ from fairseq_ctx.checkpoint_repair import stored_updates, written_to_the_end
 from fairseq_ctx.analysis.learning_curves import (
     checkpoint_at, checkpoints_by_update, parse_valid_log, plot_learning_curves)
 from fairseq_ctx.analysis.seed_statistics import curve_summary, seed_difference, wilcoxon_seeds_needed
+from tests.conftest import TINY_TEST_SENTENCES
 
 
 @pytest.fixture(scope="module")
@@ -1792,3 +1793,140 @@ def test_a_training_that_finished_after_its_driver_was_gone_is_not_trained_again
     assert run["train_seconds"] == 321.5 and "resumed_at_update" not in run  # it had started fresh
     assert run["trained_with"] == first[-1] and "earlier_attempts" not in run
 
+
+
+def _extend(qc, study, monkeypatch, *extra):
+    """A first comparison at 40 updates with its checkpoints kept, then the same at UPDATES."""
+    monkeypatch.setattr(qc, "stored_updates", _fake_checkpoint_updates)  # the fakes' checkpoints hold text
+    first = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--updates", "40", "--curve-updates", "20",
+                  "--valid-bleu", *extra)
+    study.fakes.allow_resume = True
+    return first
+
+
+def test_a_kept_shorter_training_is_continued_and_its_scores_become_curve_points(qc, study, monkeypatch, capsys):
+    fk = study.fakes
+    first = _extend(qc, study, monkeypatch, "--keep-checkpoints")
+    n_train, n_test, n_valid = len(fk.train_calls), len(fk.eval_calls), len(fk.valid_calls)
+    capsys.readouterr()
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--curve-updates", "20,40", "--valid-bleu")
+    assert "1 run(s) continue their kept training of fewer updates to 60" in capsys.readouterr().err
+    # one training, continued from the kept checkpoint of update 40 (the fake asserts resumption is allowed)
+    assert len(fk.train_calls) == n_train + 1 and fk.train_calls[-1]["updates"] == UPDATES
+    log = (study.out / "runs" / "00-transformer" / "seed1" / "train.log").read_text()
+    assert re.findall(r"@ (\d+) updates", log) == ["40"]
+    # only the new final checkpoint is translated: 20 and 40 were scored in the first comparison
+    assert fk.eval_calls[n_test:] == [("00-transformer", 1, UPDATES)]
+    assert fk.valid_calls[n_valid:] == [("00-transformer", 1, UPDATES)]
+    run, before = q["runs"]["00-transformer"]["1"], first["runs"]["00-transformer"]["1"]
+    assert run["extended_from_updates"] == 40 and run["resumed_at_update"] == 40
+    assert run["curve"][40]["bleu"] == before["bleu"] and run["curve"][20]["bleu"] == before["curve"][20]["bleu"]
+    assert run["valid_bleu"][40]["bleu"] == before["valid_bleu"][40]["bleu"]
+    assert q["curves"]["00-transformer"]["bleu"]["updates"] == [20, 40, UPDATES]
+    assert len(run["earlier_attempts"]) == 1 and run["earlier_attempts"][0] == before["trained_with"]
+    assert not (study.out / "runs" / "00-transformer" / "seed1" / "checkpoints").exists()  # not kept this time
+
+
+def test_a_continuation_cut_off_leaves_no_record_that_passes_its_checkpoint_off_as_the_shorter_run(
+        qc, study, monkeypatch):
+    """The continuation of a kept 40-update training is killed at update 50 (checkpoint_last.pt
+    then holds 50 updates), resumed and killed again at 55. The continuation asked for again
+    resumes from 55 and is still recorded as continued from 40; a comparison at 40 updates
+    after such a cut must train again, not score the longer checkpoint as 40."""
+    fk = study.fakes
+    _extend(qc, study, monkeypatch, "--keep-checkpoints")
+    real_train = fk.train
+
+    def killed_at(u):
+        def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, *args, **kwargs):
+            real_train(data_bin, common, arch_args, u, seed, save_dir, log_path, *args, **kwargs)
+            raise RuntimeError("training failed (killed)")
+        return train
+
+    for u in (50, 55):
+        monkeypatch.setattr(fk, "train", killed_at(u))
+        with pytest.raises(SystemExit, match="killed"):
+            qc.main(study.argv + ["--seeds", "1", "--configs", "00-*", "--curve-updates", "20,40",
+                                  "--keep-checkpoints"], train_fn=fk.train, eval_fn=fk.evaluate)
+    monkeypatch.setattr(fk, "train", real_train)
+    n_train, n_test = len(fk.train_calls), len(fk.eval_calls)
+    again = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--curve-updates", "20,40")  # resumed from 55
+    assert len(fk.train_calls) == n_train + 1 and fk.eval_calls[n_test:] == [("00-transformer", 1, UPDATES)]
+    run = again["runs"]["00-transformer"]["1"]
+    assert run["resumed_at_update"] == 55 and run["extended_from_updates"] == 40 and len(run["earlier_attempts"]) == 3
+    # the same cut-off continuation, then a comparison at 40 updates: trained again from the start
+    _extend(qc, study, monkeypatch, "--keep-checkpoints")
+    monkeypatch.setattr(fk, "train", killed_at(50))
+    with pytest.raises(SystemExit, match="killed"):
+        qc.main(study.argv + ["--seeds", "1", "--configs", "00-*", "--curve-updates", "20,40", "--keep-checkpoints"],
+                train_fn=fk.train, eval_fn=fk.evaluate)
+    monkeypatch.setattr(fk, "train", real_train)
+    fk.allow_resume = False  # the fake fails if fairseq would resume from the 50-update checkpoint
+    n_train = len(fk.train_calls)
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--updates", "40", "--curve-updates", "20")
+    assert len(fk.train_calls) == n_train + 1 and fk.train_calls[-1]["updates"] == 40
+    assert fk.eval_calls[-2:] == [("00-transformer", 1, 40), ("00-transformer", 1, 20)]
+    assert "extended_from_updates" not in q["runs"]["00-transformer"]["1"]
+
+
+@pytest.mark.parametrize("case, message", [
+    ("not kept", "their checkpoints were not kept (--keep-checkpoints keeps them for a later, longer run)"),
+    ("cosine", "their --lr-scheduler depends on --max-update, so a longer run follows another learning-rate curve"),
+])
+def test_a_shorter_run_that_cannot_be_continued_is_trained_from_the_start_and_it_is_said(
+        qc, study, monkeypatch, capsys, case, message):
+    if case == "cosine":
+        common = study.data.parent / "configs" / "train.common"
+        common.write_text(common.read_text().strip() + " --lr-scheduler cosine\n")
+    _extend(qc, study, monkeypatch, *(["--keep-checkpoints"] if case == "cosine" else []))
+    study.fakes.allow_resume = False  # the fake fails if fairseq would resume from a kept checkpoint
+    capsys.readouterr()
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--curve-updates", "20,40")
+    err = capsys.readouterr().err
+    assert (f"1 run(s) finished with fewer updates are trained again from the start to {UPDATES}: {message}"
+            in err), err
+    assert study.fakes.train_calls[-1]["updates"] == UPDATES and "continue their kept training" not in err
+    assert "extended_from_updates" not in q["runs"]["00-transformer"]["1"]
+
+
+def test_real_tiny_continuation_is_the_run_trained_to_the_end_from_the_start(qc, tiny_corpus, tmp_path):
+    """fairseq itself: a kept 8-update training continued to 16 updates ends with the same
+    weights, bit for bit, and the same translations as a 16-update training from the start
+    (inverse_sqrt: a schedule that does not depend on --max-update; one machine, one thread)."""
+    import torch
+
+    cfg = tmp_path / "configs"
+    cfg.mkdir()
+    (cfg / "00-transformer.args").write_text(
+        "--arch transformer --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 "
+        "--decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
+        "--encoder-attention-heads 2 --decoder-attention-heads 2\n")
+    (cfg / "train.common").write_text(
+        "--optimizer adam --lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 4 --dropout 0.1 "
+        "--criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 300 "
+        "--required-batch-size-multiple 1 --no-epoch-checkpoints --disable-validation --num-workers 0 "
+        "--log-interval 1 --no-progress-bar\n")
+
+    def compare(out, *args):
+        return qc.main(["--data-dir", str(tiny_corpus), "--config-dir", str(cfg), "--seeds", "1", "--out-dir",
+                        str(out), "--threads", "1", "--keep-checkpoints", *args, "--", "--max-len-b", "5"])
+
+    compare(tmp_path / "continued", "--updates", "8")
+    continued = compare(tmp_path / "continued", "--updates", "16", "--curve-updates", "8")
+    whole = compare(tmp_path / "whole", "--updates", "16", "--curve-updates", "8")
+    a, b = continued["runs"]["00-transformer"]["1"], whole["runs"]["00-transformer"]["1"]
+    assert a["extended_from_updates"] == 8 and "extended_from_updates" not in b
+    assert a["bleu"] == b["bleu"] and a["curve"][8]["bleu"] == b["curve"][8]["bleu"]
+    hyps = [json.loads((out / "runs" / "00-transformer" / "seed1" / "result.json").read_text())["hyps"]
+            for out in (tmp_path / "continued", tmp_path / "whole")]
+    assert hyps[0] == hyps[1] and len(hyps[0]) == TINY_TEST_SENTENCES
+    weights = [torch.load(out / "runs" / "00-transformer" / "seed1" / "checkpoints" / "checkpoint_last.pt",
+                          map_location="cpu", weights_only=False)["model"] for out in (tmp_path / "continued",
+                                                                                        tmp_path / "whole")]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    # and the weights at 8 updates (the whole run's curve checkpoint) are not those at 16
+    at_8 = qc._checkpoints_by_update(str(tmp_path / "whole" / "runs" / "00-transformer" / "seed1" / "checkpoints"))[8]
+    at_8 = torch.load(at_8, map_location="cpu", weights_only=False)
+    assert at_8["optimizer_history"][-1]["num_updates"] == 8
+    assert not all(torch.equal(at_8["model"][k], weights[1][k]) for k in weights[1])
