@@ -35,7 +35,8 @@ def cli_env():
 def shadow_checkout(path):
     """A directory holding a fairseq_ctx that must never be imported (as another checkout's would)."""
     (path / "fairseq_ctx").mkdir(parents=True)
-    (path / "fairseq_ctx" / "__init__.py").write_text("raise SystemExit('imported the fairseq_ctx of the working directory')\n")
+    (path / "fairseq_ctx" / "__init__.py").write_text(
+        "raise SystemExit('imported the decoy fairseq_ctx of another checkout (working directory or PYTHONPATH)')\n")
     return path
 
 

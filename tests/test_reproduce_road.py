@@ -431,37 +431,42 @@ def test_on_several_nodes_node_0_trains_every_cell_before_evaluating(tmp_path, m
     assert calls[:len(cells)] == ["train"] * len(cells) and set(calls[len(cells):]) == {"eval"}
 
 
-# the child's check: which fairseq_ctx does `python -c` import with the environment it was given?
-_WHICH_COPY = "import fairseq_ctx, os, sys; print(os.path.dirname(os.path.dirname(os.path.abspath(fairseq_ctx.__file__))))"
+# a stand-in for a torchrun worker (`python -m fairseq_ctx.reproduce.distributed_entry`): it
+# imports fairseq_ctx the way the worker does, through sys.path, and says which copy it got
+_WHICH_COPY = ("import os, sys, fairseq_ctx; "
+               "print('copy:', os.path.realpath(os.path.dirname(os.path.dirname(fairseq_ctx.__file__)))); sys.exit(3)")
 
 
 @pytest.mark.parametrize("path", ["cells", "follower"])
-def test_training_children_import_this_copy_even_with_another_first_on_pythonpath(tmp_path, monkeypatch, path):
+def test_torchrun_workers_import_this_copy_even_with_another_first_on_pythonpath(tmp_path, monkeypatch, path):
     """A user whose environment has PYTHONSAFEPATH=1 and another checkout on PYTHONPATH (their
-    own fork, say): the children of fairseq-ctx-reproduce must still run the code that planned
-    the cells. The children here are real: a fake launcher runs the copy check with exactly the
-    environment the runner hands to its training command."""
+    own fork, say): the torchrun workers of fairseq-ctx-reproduce (node 0's cells and a
+    follower node's trainings) must run the code that planned the cells. The spawn launcher's
+    `fairseq_cli.train --user-dir` gets this copy whatever the environment; a torchrun worker's
+    `-m fairseq_ctx...` depends on it. The runner's own launcher runs a stand-in for the
+    worker with the environment it gives the training command."""
     shadow = shadow_checkout(tmp_path / "other-checkout")
     monkeypatch.setenv("PYTHONSAFEPATH", "1")
     monkeypatch.setenv("PYTHONPATH", str(shadow))
+    monkeypatch.setenv("FAIRSEQ_CTX_NO_MODELS", "1")
     table = tables.TABLES["yang2019_table1"]
-    cells = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path / "R"), str(tmp_path / "D"))
-    children = []
-
-    def launch(cmd, log_path, env):
-        proc = subprocess.run([sys.executable, "-c", _WHICH_COPY], env=env, cwd=str(shadow),
-                              capture_output=True, text=True)
-        children.append((proc.returncode, proc.stdout.strip(), proc.stderr.strip()[-300:]))
-        return 1  # the cell fails after its first child: one child is all this test needs
-
-    monkeypatch.setattr(runner, "_run_logged", launch)
+    cells = runner.build_cells(table, table.rows[:1],
+                               _options(launcher="torchrun", nnodes=2, gpus=1, master_addr="n0",
+                                        node_rank=0 if path == "cells" else 1),
+                               str(tmp_path / "R"), str(tmp_path / "D"))
+    worker = cells[0].train_cmd[cells[0].train_cmd.index("torch.distributed.run") + 1:]
+    assert worker[worker.index("-m") + 1].startswith("fairseq_ctx."), worker  # what the stand-in stands for
+    cells[0].train_cmd = [sys.executable, "-c", _WHICH_COPY]
     if path == "cells":
         runner.run_cells(cells, "p40", True)
+        log = glob.glob(os.path.join(cells[0].train_dir, "*.log"))
     else:
         with pytest.raises(SystemExit):
             runner.run_follower(cells, 1)
-    assert children, "no training command was launched"
-    assert children[0] == (0, os.path.realpath(runner.ROOT), ""), children[0]
+        log = [os.path.join(cells[0].train_dir, "train.node1.log")]
+    assert len(log) == 1
+    text = open(log[0], encoding="utf-8").read()
+    assert f"copy: {os.path.realpath(runner.ROOT)}\n" in text, text[-2000:]
 
 
 def test_changed_evaluation_settings_are_evaluated_afresh(monkeypatch):

@@ -119,7 +119,8 @@ def split_pairs(pairs, valid_size, test_size, limit=None):
         groups.setdefault(key, []).append(pair)
     ranked = sorted(groups, key=lambda k: (split_rank(k), k))
     if len(ranked) < test_size + valid_size + 1:
-        raise ValueError(f"only {len(ranked)} source sentences: cannot hold out {test_size} test + {valid_size} valid")
+        raise ValueError(f"only {len(ranked)} source sentences: cannot hold out {test_size} test + {valid_size} valid "
+                         "and keep any for training")
     test, valid, train = ranked[:test_size], ranked[test_size:test_size + valid_size], ranked[test_size + valid_size:]
     if limit is not None:
         train = train[:limit]
@@ -132,6 +133,20 @@ def split_pairs(pairs, valid_size, test_size, limit=None):
     return out
 
 
+def _count(least):
+    """An argparse type: a whole number >= ``least`` (a negative held-out size would slice the
+    ranking from its end and put the same sentences in two splits)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            raise argparse.ArgumentTypeError(f"a whole number of at least {least}, not {text!r}")
+        return value
+    return parse
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pair", choices=sorted(READERS), required=True)
@@ -139,9 +154,9 @@ def main(argv=None):
     parser.add_argument("--outdir", required=True)
     parser.add_argument("--src", required=True)
     parser.add_argument("--tgt", required=True)
-    parser.add_argument("--valid-size", type=int, default=1000, help="source sentences held out for valid")
-    parser.add_argument("--test-size", type=int, default=1000, help="source sentences held out for test")
-    parser.add_argument("--limit", type=int, default=None, help="keep only this many train source sentences")
+    parser.add_argument("--valid-size", type=_count(0), default=1000, help="source sentences held out for valid")
+    parser.add_argument("--test-size", type=_count(0), default=1000, help="source sentences held out for test")
+    parser.add_argument("--limit", type=_count(1), default=None, help="keep only this many train source sentences")
     args = parser.parse_args(argv)
     langs = set(args.pair.split("-"))
     if {args.src, args.tgt} != langs:

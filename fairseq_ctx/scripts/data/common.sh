@@ -1,6 +1,7 @@
 # Shared by scripts/prepare-tatoeba.sh and scripts/data/prepare-*.sh (sourced): the step / atomic-rename / settings
 # pattern of scripts/prepare-tatoeba.sh.
 #   check_settings "STRING"   check the tools ($src, $tgt), refuse to reuse $out prepared with other settings
+#                             (once a step of theirs finished: an attempt that finished none holds nothing of them)
 #   run_step NAME FUNC        FUNC fills "$partial"; renamed to $out/NAME on success only
 PY=${PY:-python}
 FAIRSEQ_PREPROCESS=${FAIRSEQ_PREPROCESS:-fairseq-preprocess}
@@ -42,10 +43,16 @@ check_settings() {
     require_tools ${src:-} ${tgt:-}
     echo "$prog: $WORKERS worker processes (environment WORKERS=N to change)"
     mkdir -p "$out"
-    if [ -f "$out/settings" ]; then
-        [ "$(cat "$out/settings")" = "$1" ] \
+    if [ -f "$out/settings" ] && [ "$(cat "$out/settings")" != "$1" ]; then
+        local finished
+        finished=$(cd "$out" && ls -A | grep -v -e '^settings$' -e '\.partial$' || true)
+        [ -z "$finished" ] \
             || die "$out was prepared with different settings ($(cat "$out/settings")); remove it or pass another --out"
-    else
+        # e.g. held-out sets too large for the corpus, retried with smaller ones
+        echo "$prog: $out: an earlier attempt with other settings ($(cat "$out/settings")) finished no step: using these"
+        rm -f "$out/settings"
+    fi
+    if [ ! -f "$out/settings" ]; then
         # atomic, so a concurrent run never reads a half-written file
         echo "$1" > "$out/settings.$$" && mv "$out/settings.$$" "$out/settings"
     fi
