@@ -3,8 +3,10 @@
 # (gate_half) vs transformer study at 2,000 updates x 5 seeds, then, with the time left, the
 # GPU speed rows. Everything it reports goes to $OUT (at most 8 files).
 # Knobs for a CPU dry run: PY, SKIP_WHEELS=1, DEADLINE (s), STUDY (extra quality-compare args).
-# Knobs for other studies (defaults: the run above): SEEDS, UPDATES, CURVE (curve update counts),
-# VALID_BLEU ("" to skip the valid-set decodes), NO_BENCH=1. The 3,000-update run of
+# Knobs for other studies (defaults: the run above): SEEDS (space-separated), UPDATES, CURVE
+# (curve update counts, comma-separated: --curve-updates takes one value), VALID_BLEU (unset:
+# --valid-bleu; set to the empty string: no valid-set decodes; any other value is passed on as
+# an argument), NO_BENCH (set to any value, 0 included: no benchmark). The 3,000-update run of
 # docs/results/gpu-ca-study-3000/: UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1.
 set -u
 T0=$(date +%s)
