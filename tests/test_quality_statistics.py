@@ -1672,20 +1672,25 @@ def test_an_epoch_end_point_is_not_recovered_under_a_schedule_that_depends_on_ma
 # real fairseq, tiny
 # ---------------------------------------------------------------------------------------
 
+def _tiny_config_dir(path, schedule_and_batch):
+    """A config dir with one 1+1-layer, d = 32 transformer and the given optimisation options."""
+    path.mkdir()
+    (path / "00-transformer.args").write_text(
+        "--arch transformer --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 "
+        "--decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
+        "--encoder-attention-heads 2 --decoder-attention-heads 2\n")
+    (path / "train.common").write_text(
+        f"--optimizer adam --lr 2e-3 {schedule_and_batch} --criterion label_smoothed_cross_entropy "
+        "--label-smoothing 0.1 --required-batch-size-multiple 1 --no-epoch-checkpoints --disable-validation "
+        "--num-workers 0 --log-interval 1 --no-progress-bar\n")
+    return path
+
+
 def test_real_tiny_curve_with_a_point_at_an_epoch_end(qc, tiny_corpus, tmp_path):
     """fairseq-train's own checkpoint names and validation lines, and a curve point that
     falls on the end of an epoch (no checkpoint_E_U.pt there): trained to it again from
     the previous checkpoint, and scored like the others (all test sentences)."""
-    cfg = tmp_path / "configs"
-    cfg.mkdir()
-    (cfg / "00-transformer.args").write_text(
-        "--arch transformer --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 "
-        "--decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
-        "--encoder-attention-heads 2 --decoder-attention-heads 2\n")
-    (cfg / "train.common").write_text(
-        "--optimizer adam --lr 2e-3 --criterion label_smoothed_cross_entropy --label-smoothing 0.1 "
-        "--max-tokens 400 --required-batch-size-multiple 1 --no-epoch-checkpoints --disable-validation "
-        "--num-workers 0 --log-interval 1 --no-progress-bar\n")
+    cfg = _tiny_config_dir(tmp_path / "configs", "--max-tokens 400")
     out = tmp_path / "out"
     argv = ["--data-dir", str(tiny_corpus), "--config-dir", str(cfg), "--seeds", "1", "--updates", "30",
             "--out-dir", str(out), "--threads", "1", "--", "--max-len-b", "5"]
@@ -1895,17 +1900,8 @@ def test_real_tiny_continuation_is_the_run_trained_to_the_end_from_the_start(qc,
     (inverse_sqrt: a schedule that does not depend on --max-update; one machine, one thread)."""
     import torch
 
-    cfg = tmp_path / "configs"
-    cfg.mkdir()
-    (cfg / "00-transformer.args").write_text(
-        "--arch transformer --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 "
-        "--decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
-        "--encoder-attention-heads 2 --decoder-attention-heads 2\n")
-    (cfg / "train.common").write_text(
-        "--optimizer adam --lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 4 --dropout 0.1 "
-        "--criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 300 "
-        "--required-batch-size-multiple 1 --no-epoch-checkpoints --disable-validation --num-workers 0 "
-        "--log-interval 1 --no-progress-bar\n")
+    cfg = _tiny_config_dir(tmp_path / "configs", "--lr-scheduler inverse_sqrt --warmup-updates 4 --dropout 0.1 "
+                           "--max-tokens 300")
 
     def compare(out, *args):
         return qc.main(["--data-dir", str(tiny_corpus), "--config-dir", str(cfg), "--seeds", "1", "--out-dir",
