@@ -51,14 +51,16 @@ scores mix two trainings. With ``--keep-checkpoints``, a rerun with another ``--
 generation options scores the kept checkpoints again instead of training (the report and
 each run's scores are overwritten: pass other ``--json`` / ``--markdown`` / ``--curve-png``),
 and a rerun with a larger ``--updates`` continues each kept training from its last
-checkpoint instead of starting again, where the learning-rate schedule does not depend on
---max-update (inverse_sqrt, fixed; not cosine, tri_stage, reduce_lr_on_plateau, or
-polynomial_decay without --total-num-update): fairseq restores optimizer, schedule, data
-position and per-update seeds, so the continued run is the run trained to the new count from
-the start (bit for bit on one machine and thread count; tested), and its scores at the old
-count and at asked-for curve points below it are kept as curve points (each run records
-"extended_from_updates"). Without kept checkpoints, or under such a schedule, a larger
-``--updates`` trains every run again from the start, and says so first.
+checkpoint instead of starting again: fairseq restores optimizer, schedule, data position
+and per-update seeds, so the continued run is the run trained to the new count from the
+start (bit for bit on one machine and thread count; tested across an epoch's end and with
+--update-freq), and every score of the shorter run stays, its final one as a curve point
+(each run records "extended_from_updates"). Not where fairseq's resumption is not exact:
+a schedule whose length is --max-update (cosine, tri_stage, reduce_lr_on_plateau,
+polynomial_decay without --total-num-update), --patience (its count is not saved), fp16 /
+bf16 / amp (loss-scaler counters not saved; bf16 not verified), --reset-* and
+--optimizer-overrides, a --restore-file (read again at every start). Those runs, and runs
+without kept checkpoints, are trained again from the start, and the reason is said first.
 
 Seeds run elsewhere (another machine, an earlier out-dir that is gone): ``--import-runs
 REPORT.json`` takes those seeds' records from an earlier report of the same settings,
@@ -171,6 +173,28 @@ def parse_curve_updates(text, updates):
 # fairseq schedulers whose learning rate at an update depends on --max-update (cosine's
 # period, tri_stage's phases) or on the validation history (reduce_lr_on_plateau)
 MAX_UPDATE_SCHEDULES = ("cosine", "tri_stage", "reduce_lr_on_plateau")
+
+
+# options under which fairseq's resumption of a training is not the training run through:
+# state it does not save (the early-stopping count of --patience; the fp16 / amp loss scalers'
+# overflow counters, bf16 not verified) or that each start resets or replaces (--reset-*,
+# --optimizer-overrides, a --restore-file read again at every start)
+NOT_RESUMED_EXACTLY = ("--fp16", "--memory-efficient-fp16", "--bf16", "--memory-efficient-bf16", "--amp",
+                       "--reset-dataloader", "--reset-optimizer", "--reset-lr-scheduler", "--optimizer-overrides",
+                       "--restore-file")
+
+
+def continuation_blockers(words):
+    """Why fairseq's continuation of a finished training of these arguments to a larger
+    --max-update would not be the training run to that count from the start (empty: it would
+    be): a schedule whose length is --max-update, and the options of NOT_RESUMED_EXACTLY."""
+    found = [w for w in NOT_RESUMED_EXACTLY if w in words]
+    patience = option_value(words, "--patience")
+    if patience is not None and patience.lstrip("-").isdigit() and int(patience) > 0:
+        found.append(f"--patience {patience}")
+    if lr_depends_on_max_update(words):
+        found.append(f"--lr-scheduler {option_value(words, '--lr-scheduler')}")
+    return found
 
 
 def lr_depends_on_max_update(words):
@@ -857,6 +881,19 @@ def _checkpoints_by_update(save_dir):
     return checkpoints_by_update(save_dir)
 
 
+def _other_length(run_dir, updates, key_at):
+    """The update count of an earlier training of this run with the same settings but another
+    --updates (its result.json, trained.json or started.json says so; ``key_at(n)``: the
+    training key at n updates), or None."""
+    for path in (os.path.join(run_dir, "result.json"), os.path.join(run_dir, "checkpoints", "trained.json"),
+                 os.path.join(run_dir, "checkpoints", "started.json")):
+        key = _as_training_key((_read_json(path) or {}).get("settings"))
+        m = re.match(r"updates=(\d+) ", key or "")
+        if m and int(m.group(1)) != updates and key == key_at(int(m.group(1))):
+            return int(m.group(1))
+    return None
+
+
 def _done_points(run_dir, settings, subset="test"):
     """Points of this run already scored on ``subset`` with these settings: {updates: record}."""
     out = {}
@@ -995,7 +1032,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         options instead of being trained again."""
         return f"updates={n} common={' '.join(common)}{per_run} args={' '.join(configs[name])} seed={seed}"
 
-    lr_fixed_length = {name: not lr_depends_on_max_update([*common, *configs[name]]) for name in configs}
+    blockers = {name: continuation_blockers([*common, *configs[name]]) for name in configs}
 
     def kept_shorter_training(name, seed, run_dir):
         """The update count of this run's kept training (--keep-checkpoints) of the same settings
@@ -1006,7 +1043,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         ckpt_dir = os.path.join(run_dir, "checkpoints")
         trained = _read_json(os.path.join(ckpt_dir, "trained.json")) or {}
         m = re.match(r"updates=(\d+) ", _as_training_key(trained.get("settings")) or "")
-        if not (m and lr_fixed_length[name] and int(m.group(1)) < updates):
+        if not (m and not blockers[name] and int(m.group(1)) < updates):
             return None
         n = int(m.group(1))
         last = os.path.join(ckpt_dir, "checkpoint_last.pt")
@@ -1027,11 +1064,12 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                     and not os.path.exists(os.path.join(run_dir, "checkpoints", "checkpoint_last.pt"))):
                 scored_otherwise.append(f"{name} seed {seed}")
             if final is None and kept_shorter_training(name, seed, run_dir):
-                continued.append(f"{name} seed {seed}")
-            elif final is None and prev and re.match(r"updates=(\d+) ", prev.get("settings") or ""):
-                n = int(re.match(r"updates=(\d+) ", prev["settings"]).group(1))
-                if n < updates and _as_training_key(prev["settings"]) == training_settings(name, seed, n):
-                    shorter_gone.append((lr_fixed_length[name], f"{name} seed {seed}"))
+                if seed not in (imported or {}).get(name, {}):
+                    continued.append(f"{name} seed {seed}")
+            elif final is None and seed not in (imported or {}).get(name, {}):
+                other = _other_length(run_dir, updates, lambda n, name=name, seed=seed: training_settings(name, seed, n))
+                if other is not None:
+                    shorter_gone.append((other, name, f"{name} seed {seed}"))
             points = _done_points(run_dir, settings)
             valid_points = _done_points(run_dir, settings, "valid")
             missing = [u for u in curve_updates if u not in points]
@@ -1084,8 +1122,11 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         # the intermediate checkpoints still to score, on test or valid
         needed = sorted(set(missing) | {u for u in missing_valid if u < updates})
         # (keys written before training and scoring settings were told apart: the whole settings)
+        # (a checkpoint_last.pt that names another update count is never scored as this run's:
+        # e.g. a continuation to more updates cut off before its records were rewritten)
         if (trained and _as_training_key(trained.get("settings")) == train_key and os.path.exists(last)
-                and set(needed) <= set(trained.get("curve_updates", []))):
+                and set(needed) <= set(trained.get("curve_updates", []))
+                and stored_updates(last) in (None, updates)):
             train_s, resumed_at = trained.get("train_seconds", 0.0), trained.get("resumed_at_update")
             trained_with, earlier_attempts = trained.get("trained_with"), trained.get("earlier_attempts")
             extended_from = trained.get("extended_from_updates")
@@ -1097,6 +1138,10 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                         "curve_updates": started.get("curve_updates")} == key and os.path.exists(last))
             if resumed and not written_to_the_end(last):
                 resumed = resume_from_a_whole_checkpoint(name, seed, ckpt_dir, last)
+            if resumed and (stored_updates(last) or 0) > updates:  # a longer training's: never resumed or scored
+                log(f"[quality] {name} seed {seed}: its checkpoint_last.pt is of {stored_updates(last)} updates, "
+                    f"more than {updates}; trained again from the start")
+                resumed = False
             # where each attempt of this training ran: a resumption on another host or GPU
             # continues in another floating-point order, so the record names every one
             trained_with = _run_provenance(threads, [*common, *configs[name]], device, pinned_name(device))
@@ -1117,9 +1162,9 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             elif extended:
                 earlier_attempts = [*(trained.get("earlier_attempts") or []), trained.get("trained_with") or {
                     "note": "not recorded"}]
+                points, valid_points = adopt_shorter_scores(name, seed, run_dir, ckpt_dir, extended)
                 _write_json(os.path.join(ckpt_dir, "started.json"), {**key, "attempts": [*earlier_attempts, trained_with],
                                                                      "extended_from_updates": extended})
-                points, valid_points = adopt_shorter_scores(name, seed, run_dir, ckpt_dir, extended)
                 final = None
                 missing = [u for u in curve_updates if u not in points]
                 missing_valid = [u for u in curve_updates + [updates] if u not in valid_points] if valid_ref else []
@@ -1217,20 +1262,20 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         return name, seed, _with_curves(final, points, run_dir, updates, valid_points)
 
     def adopt_shorter_scores(name, seed, run_dir, ckpt_dir, n):
-        """Before the kept ``n``-update training is continued: its scores at this comparison's
-        curve points (its final one included, a point now) under this comparison's settings,
-        as ({updates: test record}, {updates: valid record}); a copy of checkpoint_last.pt as the
-        checkpoint of update n where that point is asked for and not scored on every subset. Its
-        trained.json and result.json go: they describe a training that is now being continued
-        (a later run at n updates then trains again rather than scoring a longer model)."""
+        """Before the kept ``n``-update training is continued: every score it has (its curve
+        points, and its final score as the point n) under this comparison's settings, as
+        ({updates: test record}, {updates: valid record}); a copy of checkpoint_last.pt as the
+        checkpoint of update n where n is an asked-for point not scored on every subset. Its
+        trained.json and result.json go, before anything records the continuation: they describe
+        a training that is now being continued (a later run at n updates then trains again
+        rather than scoring a longer model). Safe to repeat after an interruption."""
         old, new = scoring_settings(name, seed, n), scoring_settings(name, seed)
         for subset in POINT_DIRS:
             for u, rec in _done_points(run_dir, old, subset).items():
-                if u in curve_updates:
-                    _write_json(_point_path(run_dir, u, subset), {**rec, "settings": new})
+                _write_json(_point_path(run_dir, u, subset), {**rec, "settings": new})
         result = os.path.join(run_dir, "result.json")
         prev = _read_json(result)
-        if prev and prev.get("settings") == old and n in curve_updates:
+        if prev and prev.get("settings") == old:
             _write_json(_point_path(run_dir, n), {
                 "settings": new, "updates": n, "subset": "test", "bleu": prev["bleu"],
                 "signature": prev.get("signature"), "sentences": prev.get("sentences"),
@@ -1243,7 +1288,9 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             # (the epoch in a checkpoint's name is not read: that of the latest save before it)
             epoch = max([int(os.path.basename(p).split("_")[1]) for p in _checkpoints_by_update(ckpt_dir).values()]
                         or [0])
-            shutil.copyfile(last, os.path.join(ckpt_dir, f"checkpoint_{epoch}_{n}.pt"))
+            copy = os.path.join(ckpt_dir, f"checkpoint_{epoch}_{n}.pt")
+            shutil.copyfile(last, copy + ".partial")  # a copy cut off must not pass for the checkpoint
+            os.replace(copy + ".partial", copy)
         for stale in (os.path.join(ckpt_dir, "trained.json"), result):
             if os.path.exists(stale):
                 os.remove(stale)
@@ -1302,14 +1349,17 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     if continued:
         log(f"[quality] {len(continued)} run(s) continue their kept training of fewer updates to {updates} "
             f"(their scores at asked-for points are kept): {', '.join(continued)}")
-    for fixed_length, why in ((True, "their checkpoints were not kept (--keep-checkpoints keeps them for a later, "
-                                     "longer run)"),
-                              (False, "their --lr-scheduler depends on --max-update, so a longer run follows "
-                                      "another learning-rate curve from the first update")):
-        runs = [run for fixed, run in shorter_gone if fixed == fixed_length]
-        if runs:
-            log(f"[quality] {len(runs)} run(s) finished with fewer updates are trained again from the start to "
-                f"{updates}: {why}: {', '.join(runs)}")
+    for n, name, run in shorter_gone:
+        if blockers[name]:
+            why = (f"fairseq's continuation would not be the run trained to {updates} from the start under "
+                   f"{', '.join(blockers[name])}")
+        elif n > updates:
+            why = "it was trained (or started) to more updates"
+        else:
+            why = ("its checkpoints were not kept, or are not those of a finished training of that length "
+                   "(--keep-checkpoints keeps them for a later, longer run)")
+        log(f"[quality] {run}: its training of {n} updates is not continued; trained again from the start to "
+            f"{updates}: {why}")
     if todo:
         log(f"[quality] {len(todo)} run(s) to train or score"
             + (f"; {len(retrain)} finished run(s) will be trained again for new points and all their "

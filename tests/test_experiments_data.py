@@ -221,7 +221,7 @@ def test_missing_input_gives_one_clear_message_and_nothing_half_written(tmp_path
     assert "missing input: test-full.tgz" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (out / "raw").exists()  # only raw.partial, which the next run redoes
-    assert sorted(p.name for p in out.iterdir()) == ["raw.partial", "settings"]
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "raw.partial", "settings"]  # .lock: empty, kept
 
 
 def test_wmt_archive_md5_mismatch_is_rejected(tmp_path):

@@ -1874,24 +1874,73 @@ def test_a_continuation_cut_off_leaves_no_record_that_passes_its_checkpoint_off_
     assert "extended_from_updates" not in q["runs"]["00-transformer"]["1"]
 
 
-@pytest.mark.parametrize("case, message", [
-    ("not kept", "their checkpoints were not kept (--keep-checkpoints keeps them for a later, longer run)"),
-    ("cosine", "their --lr-scheduler depends on --max-update, so a longer run follows another learning-rate curve"),
+@pytest.mark.parametrize("case, common, message", [
+    ("not kept", "", "its checkpoints were not kept, or are not those of a finished training of that length"),
+    ("cosine", "--lr-scheduler cosine", "would not be the run trained to 60 from the start under --lr-scheduler cosine"),
+    ("patience", "--patience 2", "under --patience 2"),
+    ("fp16", "--fp16", "under --fp16"),
+    ("reset", "--reset-dataloader", "under --reset-dataloader"),
+    ("restore", "--restore-file init.pt", "under --restore-file"),
 ])
-def test_a_shorter_run_that_cannot_be_continued_is_trained_from_the_start_and_it_is_said(
-        qc, study, monkeypatch, capsys, case, message):
-    if case == "cosine":
-        common = study.data.parent / "configs" / "train.common"
-        common.write_text(common.read_text().strip() + " --lr-scheduler cosine\n")
-    _extend(qc, study, monkeypatch, *(["--keep-checkpoints"] if case == "cosine" else []))
+def test_a_shorter_run_that_cannot_be_continued_exactly_is_trained_from_the_start_and_it_is_said(
+        qc, study, monkeypatch, capsys, case, common, message):
+    """fairseq restores optimizer, schedule, data position and per-update seeds, but not the
+    early-stopping count or the fp16 / amp loss scalers' counters, and --reset-* / a
+    --restore-file act at every start: under those a continuation is another run."""
+    if common:
+        path = study.data.parent / "configs" / "train.common"
+        path.write_text(path.read_text().strip() + f" {common}\n")
+    _extend(qc, study, monkeypatch, *(["--keep-checkpoints"] if case != "not kept" else []))
     study.fakes.allow_resume = False  # the fake fails if fairseq would resume from a kept checkpoint
     capsys.readouterr()
     q = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--curve-updates", "20,40")
     err = capsys.readouterr().err
-    assert (f"1 run(s) finished with fewer updates are trained again from the start to {UPDATES}: {message}"
-            in err), err
+    assert ("00-transformer seed 1: its training of 40 updates is not continued; trained again from the start to "
+            f"{UPDATES}: ") in err and message in err, err
     assert study.fakes.train_calls[-1]["updates"] == UPDATES and "continue their kept training" not in err
     assert "extended_from_updates" not in q["runs"]["00-transformer"]["1"]
+
+
+def test_a_kept_checkpoint_that_is_not_of_the_finished_training_is_not_continued(qc, study, monkeypatch, capsys):
+    """trained.json says 40 updates, checkpoint_last.pt holds 30 (put back by hand, say): not
+    a continuation of the scored run; trained again from the start."""
+    _extend(qc, study, monkeypatch, "--keep-checkpoints")
+    (study.out / "runs" / "00-transformer" / "seed1" / "checkpoints" / "checkpoint_last.pt").write_text("30")
+    study.fakes.allow_resume = False
+    _main(qc, study, "--seeds", "1", "--configs", "00-*", "--curve-updates", "20,40")
+    assert study.fakes.train_calls[-1]["updates"] == UPDATES and "is not continued" in capsys.readouterr().err
+
+
+def test_the_shorter_runs_final_score_stays_as_a_point_when_the_longer_curve_does_not_ask_for_it(
+        qc, study, monkeypatch):
+    fk = study.fakes
+    first = _extend(qc, study, monkeypatch, "--keep-checkpoints")
+    n_test = len(fk.eval_calls)
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--curve-updates", "20", "--valid-bleu")
+    run = q["runs"]["00-transformer"]["1"]
+    assert run["extended_from_updates"] == 40 and fk.eval_calls[n_test:] == [("00-transformer", 1, UPDATES)]
+    assert run["curve"][40]["bleu"] == first["runs"]["00-transformer"]["1"]["bleu"]  # not thrown away
+    point = json.loads((study.out / "runs" / "00-transformer" / "seed1" / "curve" / "upd40" / "result.json").read_text())
+    assert point["hyps"] and point["checkpoint"] == "checkpoint_last.pt (before it was continued)"
+
+
+def test_a_point_at_the_shorter_count_asked_on_a_new_subset_is_scored_from_a_copy_of_its_checkpoint(
+        qc, study, monkeypatch):
+    """The first comparison saved no checkpoint at 40 but its last one and scored no valid BLEU;
+    the longer one asks for 40 with --valid-bleu: checkpoint_last.pt at 40 is copied before it
+    is continued, and valid is scored from that copy, with no training to 40 again."""
+    fk = study.fakes
+    monkeypatch.setattr(qc, "stored_updates", _fake_checkpoint_updates)
+    _main(qc, study, "--seeds", "1", "--configs", "00-*", "--updates", "40", "--keep-checkpoints")
+    fk.allow_resume = True
+    n_train, n_valid = len(fk.train_calls), len(fk.valid_calls)
+    _main(qc, study, "--seeds", "1", "--configs", "00-*", "--curve-updates", "40", "--valid-bleu",
+          "--keep-checkpoints")
+    assert len(fk.train_calls) == n_train + 1  # the continuation only
+    assert sorted(fk.valid_calls[n_valid:]) == [("00-transformer", 1, 40), ("00-transformer", 1, UPDATES)]
+    ck = study.out / "runs" / "00-transformer" / "seed1" / "checkpoints"
+    copies = [f for f in os.listdir(ck) if re.fullmatch(r"checkpoint_\d+_40\.pt", f)]
+    assert len(copies) == 1 and (ck / copies[0]).read_text() == "40" and not list(ck.glob("*.partial"))
 
 
 def test_real_tiny_continuation_is_the_run_trained_to_the_end_from_the_start(qc, tiny_corpus, tmp_path):
@@ -1912,6 +1961,10 @@ def test_real_tiny_continuation_is_the_run_trained_to_the_end_from_the_start(qc,
     whole = compare(tmp_path / "whole", "--updates", "16", "--curve-updates", "8")
     a, b = continued["runs"]["00-transformer"]["1"], whole["runs"]["00-transformer"]["1"]
     assert a["extended_from_updates"] == 8 and "extended_from_updates" not in b
+    # fairseq did continue the kept training (a training from the start would match too)
+    assert a["resumed_at_update"] == 8 and "resumed_at_update" not in b
+    log = (tmp_path / "continued" / "runs" / "00-transformer" / "seed1" / "train.log").read_text()
+    assert re.findall(r"Loaded checkpoint .* @ (\d+) updates", log) == ["8"]
     assert a["bleu"] == b["bleu"] and a["curve"][8]["bleu"] == b["curve"][8]["bleu"]
     hyps = [json.loads((out / "runs" / "00-transformer" / "seed1" / "result.json").read_text())["hyps"]
             for out in (tmp_path / "continued", tmp_path / "whole")]
@@ -1926,3 +1979,22 @@ def test_real_tiny_continuation_is_the_run_trained_to_the_end_from_the_start(qc,
     at_8 = torch.load(at_8, map_location="cpu", weights_only=False)
     assert at_8["optimizer_history"][-1]["num_updates"] == 8
     assert not all(torch.equal(at_8["model"][k], weights[1][k]) for k in weights[1])
+
+
+def test_a_checkpoint_of_more_updates_than_the_records_say_is_never_scored_as_the_shorter_run(
+        qc, study, monkeypatch, capsys):
+    """The records of a finished 40-update run (trained.json, started.json) beside a
+    checkpoint_last.pt of 50 updates (a continuation cut off before any record was rewritten,
+    by an older version or by hand): asked for 40 updates again with another beam (kept
+    checkpoints are scored again, not retrained), the run is trained again rather than scored
+    from the longer checkpoint."""
+    fk = study.fakes
+    _extend(qc, study, monkeypatch, "--keep-checkpoints")
+    (study.out / "runs" / "00-transformer" / "seed1" / "checkpoints" / "checkpoint_last.pt").write_text("50")
+    fk.allow_resume = False
+    n_train = len(fk.train_calls)
+    _main(qc, study, "--seeds", "1", "--configs", "00-*", "--updates", "40", "--curve-updates", "20", "--valid-bleu",
+          "--keep-checkpoints", "--beam", "4")
+    assert len(fk.train_calls) == n_train + 1 and fk.train_calls[-1]["updates"] == 40
+    assert "its checkpoint_last.pt is of 50 updates, more than 40; trained again from the start" in capsys.readouterr().err
+    assert not [c for c in fk.valid_calls if c[2] == 50] and not [c for c in fk.eval_calls if c[2] == 50]

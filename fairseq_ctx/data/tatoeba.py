@@ -135,7 +135,8 @@ def split_pairs(pairs, valid_size, test_size, limit=None):
 
 def _count(least):
     """An argparse type: a whole number >= ``least`` (a negative held-out size would slice the
-    ranking from its end and put the same sentences in two splits)."""
+    ranking from its end and put the same sentences in two splits; an empty held-out set can
+    be neither validated nor scored on)."""
     def parse(text):
         try:
             value = int(text)
@@ -154,8 +155,8 @@ def main(argv=None):
     parser.add_argument("--outdir", required=True)
     parser.add_argument("--src", required=True)
     parser.add_argument("--tgt", required=True)
-    parser.add_argument("--valid-size", type=_count(0), default=1000, help="source sentences held out for valid")
-    parser.add_argument("--test-size", type=_count(0), default=1000, help="source sentences held out for test")
+    parser.add_argument("--valid-size", type=_count(1), default=1000, help="source sentences held out for valid")
+    parser.add_argument("--test-size", type=_count(1), default=1000, help="source sentences held out for test")
     parser.add_argument("--limit", type=_count(1), default=None, help="keep only this many train source sentences")
     args = parser.parse_args(argv)
     langs = set(args.pair.split("-"))

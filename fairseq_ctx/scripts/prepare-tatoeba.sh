@@ -42,12 +42,9 @@ case "$pair" in
     *) die "--pair must be zh-en or ja-en, not '$pair'" ;;
 esac
 src=${src:-${pair%-*}}; tgt=${tgt:-${pair#*-}}
+# (an empty valid or test set prepares, but nothing can be validated or scored on it)
 for option in "merges=$merges" "valid-size=$valid_size" "test-size=$test_size" ${limit:+"limit=$limit"}; do
-    value=${option#*=}
-    case "${option%%=*}" in
-        merges|limit) [[ $value =~ ^[1-9][0-9]*$ ]] || die "--${option%%=*} must be a whole number above 0, not '$value'" ;;
-        *) [[ $value =~ ^[0-9]+$ ]] || die "--${option%%=*} must be a whole number (0 or more), not '$value'" ;;
-    esac
+    [[ ${option#*=} =~ ^[1-9][0-9]*$ ]] || die "--${option%%=*} must be a whole number above 0, not '${option#*=}'"
 done
 out=${out:-${FAIRSEQ_CTX_WORK:-work}/tatoeba-$src-$tgt}
 check_settings "pair=$pair src=$src tgt=$tgt merges=$merges valid=$valid_size test=$test_size limit=${limit:-all}"

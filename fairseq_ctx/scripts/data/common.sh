@@ -43,9 +43,15 @@ check_settings() {
     require_tools ${src:-} ${tgt:-}
     echo "$prog: $WORKERS worker processes (environment WORKERS=N to change)"
     mkdir -p "$out"
+    # one preparation of $out at a time (held until this script exits): another one would
+    # delete this one's *.partial steps, and with other settings take over the directory
+    if command -v flock > /dev/null; then
+        exec {out_lock}>> "$out/.lock"  # (appending writes nothing: the file is never changed)
+        flock -n "$out_lock" || die "$out is being prepared by another run: wait for it, or pass another --out"
+    fi
     if [ -f "$out/settings" ] && [ "$(cat "$out/settings")" != "$1" ]; then
         local finished
-        finished=$(cd "$out" && ls -A | grep -v -e '^settings$' -e '\.partial$' || true)
+        finished=$(cd "$out" && ls -A | grep -v -e '^settings$' -e '^\.lock$' -e '\.partial$' || true)
         [ -z "$finished" ] \
             || die "$out was prepared with different settings ($(cat "$out/settings")); remove it or pass another --out"
         # e.g. held-out sets too large for the corpus, retried with smaller ones
