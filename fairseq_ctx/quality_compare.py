@@ -106,7 +106,7 @@ from .checkpoint_repair import finished_at, restore_last_from_newest_whole, stor
 from .evaluation.defaults import PAPER_DEFAULTS
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
 from .run_lock import RunInUse, RunLock, held_fds
-from .reproduce.train import option_value, read_args_file
+from .reproduce.train import RESUMPTION_BREAKERS, option_value, read_args_file
 
 DEMO = PAPER_DEFAULTS["demo"]  # evaluated with the demo's settings
 
@@ -175,20 +175,22 @@ def parse_curve_updates(text, updates):
 MAX_UPDATE_SCHEDULES = ("cosine", "tri_stage", "reduce_lr_on_plateau")
 
 
-# options under which fairseq's resumption of a training is not the training run through:
-# state it does not save (the early-stopping count of --patience; the fp16 / amp loss scalers'
-# overflow counters, bf16 not verified) or that each start resets or replaces (--reset-*,
-# --optimizer-overrides, a --restore-file read again at every start)
+# options under which fairseq's resumption of a training is not the training run through,
+# beside those that break any resumption (reproduce.train.RESUMPTION_BREAKERS: --reset-*,
+# --no-save-optimizer-state, a --restore-file read again at every start): state it does not
+# save (the fp16 / amp loss scalers' overflow counters; bf16 not verified) or replaces
 NOT_RESUMED_EXACTLY = ("--fp16", "--memory-efficient-fp16", "--bf16", "--memory-efficient-bf16", "--amp",
-                       "--reset-dataloader", "--reset-optimizer", "--reset-lr-scheduler", "--optimizer-overrides",
-                       "--restore-file")
+                       "--optimizer-overrides")
 
 
 def continuation_blockers(words):
     """Why fairseq's continuation of a finished training of these arguments to a larger
     --max-update would not be the training run to that count from the start (empty: it would
-    be): a schedule whose length is --max-update, and the options of NOT_RESUMED_EXACTLY."""
-    found = [w for w in NOT_RESUMED_EXACTLY if w in words]
+    be): a schedule whose length is --max-update, --patience (its count is not saved),
+    RESUMPTION_BREAKERS and NOT_RESUMED_EXACTLY ('--opt value' and '--opt=value' alike)."""
+    flags = [w.split("=", 1)[0] for w in words]
+    found = [o for o in (*RESUMPTION_BREAKERS, *NOT_RESUMED_EXACTLY) if o in flags
+             and not (o == "--restore-file" and option_value(words, o) == "checkpoint_last.pt")]  # fairseq's default
     patience = option_value(words, "--patience")
     if patience is not None and patience.lstrip("-").isdigit() and int(patience) > 0:
         found.append(f"--patience {patience}")
@@ -1036,9 +1038,9 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
 
     def kept_shorter_training(name, seed, run_dir):
         """The update count of this run's kept training (--keep-checkpoints) of the same settings
-        and fewer updates, which fairseq can continue to ``updates``: the learning-rate schedule
-        does not depend on --max-update, and fairseq restores optimizer, schedule, data position
-        and per-update seeds, so the continuation is the run trained to ``updates`` from the
+        and fewer updates, which fairseq can continue to ``updates``: nothing of
+        continuation_blockers in its arguments, so with optimizer, schedule, data position and
+        per-update seeds restored the continuation is the run trained to ``updates`` from the
         start (bit for bit on the same host and thread count). None where there is none."""
         ckpt_dir = os.path.join(run_dir, "checkpoints")
         trained = _read_json(os.path.join(ckpt_dir, "trained.json")) or {}
@@ -1122,11 +1124,12 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         # the intermediate checkpoints still to score, on test or valid
         needed = sorted(set(missing) | {u for u in missing_valid if u < updates})
         # (keys written before training and scoring settings were told apart: the whole settings)
-        # (a checkpoint_last.pt that names another update count is never scored as this run's:
-        # e.g. a continuation to more updates cut off before its records were rewritten)
+        # (a checkpoint_last.pt of more updates is never scored as this run's: e.g. a continuation
+        # cut off before its records were rewritten; fewer is a training stopped early, by
+        # --patience, --max-epoch, --stop-time-hours: scored as it is, as before)
         if (trained and _as_training_key(trained.get("settings")) == train_key and os.path.exists(last)
                 and set(needed) <= set(trained.get("curve_updates", []))
-                and stored_updates(last) in (None, updates)):
+                and (stored_updates(last) or 0) <= updates):
             train_s, resumed_at = trained.get("train_seconds", 0.0), trained.get("resumed_at_update")
             trained_with, earlier_attempts = trained.get("trained_with"), trained.get("earlier_attempts")
             extended_from = trained.get("extended_from_updates")
@@ -1214,6 +1217,12 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 train_s = train_fn(data_bin, common, configs[name], updates, seed, ckpt_dir, log_path,
                                    threads, **kwargs)
                 resumed_at = _resumed_at_update(log_path) if resumed or extended else None
+                if extended and resumed_at != extended:
+                    # fairseq did not take up the kept training where it ended: not the run it continues
+                    os.remove(os.path.join(ckpt_dir, "started.json"))  # so a rerun trains from the start
+                    raise RuntimeError(f"the continuation of the kept {extended}-update training did not resume "
+                                       f"at {extended} updates (fairseq's log: {resumed_at}); rerun to train it "
+                                       "from the start")
             _write_json(os.path.join(ckpt_dir, "trained.json"),
                         {"settings": train_key, "curve_updates": curve_updates, "train_seconds": round(train_s, 1),
                          "resumed_at_update": resumed_at, "trained_with": trained_with,
@@ -1268,8 +1277,11 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         checkpoint of update n where n is an asked-for point not scored on every subset. Its
         trained.json and result.json go, before anything records the continuation: they describe
         a training that is now being continued (a later run at n updates then trains again
-        rather than scoring a longer model). Safe to repeat after an interruption."""
+        rather than scoring a longer model). Repeatable after an interruption, except between
+        their removal and started.json's (the run is then trained again from the start)."""
         old, new = scoring_settings(name, seed, n), scoring_settings(name, seed)
+        for stale_copy in glob.glob(os.path.join(ckpt_dir, "checkpoint_*.pt.partial")):
+            os.remove(stale_copy)
         for subset in POINT_DIRS:
             for u, rec in _done_points(run_dir, old, subset).items():
                 _write_json(_point_path(run_dir, u, subset), {**rec, "settings": new})
@@ -1317,6 +1329,11 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         machine: fairseq restores optimizer, schedule, data order and per-update seeds) in
         a side directory."""
         words = [*common, *configs[name]]
+        inexact = [b for b in continuation_blockers(words) if not b.startswith("--lr-scheduler")]
+        if inexact:  # training to U again from an earlier checkpoint would not be the run's U
+            raise RuntimeError(f"{name} seed {seed}: no checkpoint at {u} updates (an epoch ended there), and under "
+                               f"{', '.join(inexact)} training to it again from an earlier checkpoint is not "
+                               "exact; choose --curve-updates that do not fall on an epoch's end")
         if lr_depends_on_max_update(words):
             scheduler = option_value(words, "--lr-scheduler")
             # training to U with --max-update U would follow another learning-rate curve
@@ -1348,13 +1365,13 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             f"again to be scored: {', '.join(scored_otherwise)}")
     if continued:
         log(f"[quality] {len(continued)} run(s) continue their kept training of fewer updates to {updates} "
-            f"(their scores at asked-for points are kept): {', '.join(continued)}")
+            f"(every score of it is kept, its final one as a curve point): {', '.join(continued)}")
     for n, name, run in shorter_gone:
-        if blockers[name]:
+        if n > updates:
+            why = "it was trained (or started) to more updates"
+        elif blockers[name]:
             why = (f"fairseq's continuation would not be the run trained to {updates} from the start under "
                    f"{', '.join(blockers[name])}")
-        elif n > updates:
-            why = "it was trained (or started) to more updates"
         else:
             why = ("its checkpoints were not kept, or are not those of a finished training of that length "
                    "(--keep-checkpoints keeps them for a later, longer run)")

@@ -1,6 +1,7 @@
 """scripts/prepare-tatoeba.sh and fairseq_ctx.data: splits, idempotence, failure paths."""
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -247,12 +248,13 @@ def test_the_split_module_refuses_a_held_out_size_below_one(tmp_path, size, mess
     assert not (tmp_path / "raw").exists()
 
 
+@pytest.mark.skipif(shutil.which("flock") is None, reason="no flock here (util-linux)")
 def test_a_second_preparation_of_the_same_out_while_one_runs_is_refused(tmp_path):
     """No lock, and a second run (other settings) deleted the first one's unfinished steps and
     took the directory over. The first run is stood in for by a process holding the lock."""
     out = tmp_path / "x"
     out.mkdir()
-    holder = subprocess.Popen(["flock", str(out / ".lock"), "sleep", "30"])
+    holder = subprocess.Popen(["flock", str(out / ".lock"), "sleep", "30"], start_new_session=True)
     try:
         for _ in range(100):  # until the holder has it
             if subprocess.run(["flock", "-n", str(out / ".lock"), "true"]).returncode:
@@ -260,7 +262,8 @@ def test_a_second_preparation_of_the_same_out_while_one_runs_is_refused(tmp_path
             time.sleep(0.05)
         proc = prepare("--out", str(out), "--archive", str(tmp_path / "none.whl"), "--merges", "20")
     finally:
-        holder.kill()
+        os.killpg(holder.pid, signal.SIGKILL)  # flock and its sleep, which holds the lock too
+        holder.wait()
     assert proc.returncode == 2 and f"{out} is being prepared by another run" in proc.stderr, proc.stderr
     assert not (out / "settings").exists()
 

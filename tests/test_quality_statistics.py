@@ -1780,6 +1780,7 @@ def test_a_training_that_finished_after_its_driver_was_gone_is_not_trained_again
     trained.json): fairseq-train started again would take one more update and overwrite it, so
     the run is scored as it is, recorded as trained by the attempt that started it."""
     _kill_after_training(qc, study, 1, UPDATES)
+    monkeypatch.setattr(qc, "stored_updates", _fake_checkpoint_updates)  # at --updates exactly: not "more"
     first = json.loads((study.out / "runs" / "00-transformer" / "seed1" / "checkpoints" / "started.json")
                        .read_text())["attempts"]
 
@@ -1881,6 +1882,9 @@ def test_a_continuation_cut_off_leaves_no_record_that_passes_its_checkpoint_off_
     ("fp16", "--fp16", "under --fp16"),
     ("reset", "--reset-dataloader", "under --reset-dataloader"),
     ("restore", "--restore-file init.pt", "under --restore-file"),
+    ("restore=", "--restore-file=init.pt", "under --restore-file"),
+    ("no optimizer state", "--no-save-optimizer-state", "under --no-save-optimizer-state"),
+    ("overrides=", "--optimizer-overrides={'lr':[1e-3]}", "under --optimizer-overrides"),
 ])
 def test_a_shorter_run_that_cannot_be_continued_exactly_is_trained_from_the_start_and_it_is_said(
         qc, study, monkeypatch, capsys, case, common, message):
@@ -1916,10 +1920,11 @@ def test_the_shorter_runs_final_score_stays_as_a_point_when_the_longer_curve_doe
     fk = study.fakes
     first = _extend(qc, study, monkeypatch, "--keep-checkpoints")
     n_test = len(fk.eval_calls)
-    q = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--curve-updates", "20", "--valid-bleu")
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--valid-bleu")  # no curve points asked for
     run = q["runs"]["00-transformer"]["1"]
     assert run["extended_from_updates"] == 40 and fk.eval_calls[n_test:] == [("00-transformer", 1, UPDATES)]
     assert run["curve"][40]["bleu"] == first["runs"]["00-transformer"]["1"]["bleu"]  # not thrown away
+    assert run["curve"][20]["bleu"] == first["runs"]["00-transformer"]["1"]["curve"][20]["bleu"]
     point = json.loads((study.out / "runs" / "00-transformer" / "seed1" / "curve" / "upd40" / "result.json").read_text())
     assert point["hyps"] and point["checkpoint"] == "checkpoint_last.pt (before it was continued)"
 
@@ -1998,3 +2003,49 @@ def test_a_checkpoint_of_more_updates_than_the_records_say_is_never_scored_as_th
     assert len(fk.train_calls) == n_train + 1 and fk.train_calls[-1]["updates"] == 40
     assert "its checkpoint_last.pt is of 50 updates, more than 40; trained again from the start" in capsys.readouterr().err
     assert not [c for c in fk.valid_calls if c[2] == 50] and not [c for c in fk.eval_calls if c[2] == 50]
+
+
+def test_a_finished_training_that_stopped_early_is_scored_again_as_it_is_not_trained_further(
+        qc, study, monkeypatch):
+    """--patience (or --max-epoch, --stop-time-hours) ended a training at 50 of 60 updates,
+    its checkpoints kept: another beam scores that checkpoint again, and fairseq is not started
+    on it (it would not know it had stopped, and train on)."""
+    fk = study.fakes
+    monkeypatch.setattr(qc, "stored_updates", _fake_checkpoint_updates)
+    real_train = fk.train
+
+    def stopped_at_50(data_bin, common, arch_args, updates, seed, save_dir, log_path, *args, **kwargs):
+        real_train(data_bin, common, arch_args, 50, seed, save_dir, log_path, *args, **kwargs)
+        return 0.1
+
+    monkeypatch.setattr(fk, "train", stopped_at_50)
+    qc.main(study.argv + ["--seeds", "1", "--configs", "00-*", "--keep-checkpoints"], train_fn=fk.train,
+            eval_fn=fk.evaluate)
+    n_train = len(fk.train_calls)
+    q = qc.main(study.argv + ["--seeds", "1", "--configs", "00-*", "--keep-checkpoints", "--beam", "4"],
+                train_fn=fk.train, eval_fn=fk.evaluate)
+    assert len(fk.train_calls) == n_train and fk.eval_calls[-1] == ("00-transformer", 1, 50)
+    assert "beam=4" in q["runs"]["00-transformer"]["1"]["settings"]
+
+
+def test_a_continuation_that_fairseq_did_not_resume_fails_and_is_trained_from_the_start_next_time(
+        qc, study, monkeypatch):
+    """fairseq started the 'continuation' from update 0 (an option that drops the optimizer
+    state, say): not the run it continues; the comparison stops with one message and a rerun
+    trains that run from the start."""
+    fk = study.fakes
+    _extend(qc, study, monkeypatch, "--keep-checkpoints")
+    real_train = fk.train
+
+    def started_over(data_bin, common, arch_args, updates, seed, save_dir, log_path, *args, **kwargs):
+        os.remove(os.path.join(save_dir, "checkpoint_last.pt"))  # as if fairseq ignored it
+        return real_train(data_bin, common, arch_args, updates, seed, save_dir, log_path, *args, **kwargs)
+
+    monkeypatch.setattr(fk, "train", started_over)
+    with pytest.raises(SystemExit, match="did not resume at 40 updates"):
+        qc.main(study.argv + ["--seeds", "1", "--configs", "00-*", "--keep-checkpoints"], train_fn=fk.train,
+                eval_fn=fk.evaluate)
+    monkeypatch.setattr(fk, "train", real_train)
+    fk.allow_resume = False  # the next run must not resume from what that attempt left
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    assert fk.train_calls[-1]["updates"] == UPDATES and "extended_from_updates" not in q["runs"]["00-transformer"]["1"]

@@ -43,11 +43,22 @@ check_settings() {
     require_tools ${src:-} ${tgt:-}
     echo "$prog: $WORKERS worker processes (environment WORKERS=N to change)"
     mkdir -p "$out"
-    # one preparation of $out at a time (held until this script exits): another one would
-    # delete this one's *.partial steps, and with other settings take over the directory
-    if command -v flock > /dev/null; then
-        exec {out_lock}>> "$out/.lock"  # (appending writes nothing: the file is never changed)
-        flock -n "$out_lock" || die "$out is being prepared by another run: wait for it, or pass another --out"
+    # one preparation of $out at a time (held on fd 9 until this script and the workers it
+    # started exit): another one would delete this one's *.partial steps, and with other
+    # settings take the directory over. Without flock (macOS), or where $out cannot be written
+    # or locked (a shared read-only copy, some network filesystems), no lock: said, not fatal.
+    if [ -z "${PREPARE_LOCK_HELD:-}" ]; then
+        if ! command -v flock > /dev/null; then
+            echo "$prog: no flock here: two preparations of $out at once would not be stopped" >&2
+        elif { exec 9>> "$out/.lock"; } 2> /dev/null; then  # (appending writes nothing: never changed)
+            local held=0
+            flock -n 9 || held=$?
+            [ "$held" -ne 1 ] || die "$out is being prepared by another run: wait for it, or pass another --out"
+            [ "$held" -eq 0 ] || echo "$prog: $out cannot be locked here (flock exit $held): not locked" >&2
+            PREPARE_LOCK_HELD=1
+        else
+            echo "$prog: $out/.lock cannot be written: not locked" >&2
+        fi
     fi
     if [ -f "$out/settings" ] && [ "$(cat "$out/settings")" != "$1" ]; then
         local finished
