@@ -1172,8 +1172,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 missing = [u for u in curve_updates if u not in points]
                 missing_valid = [u for u in curve_updates + [updates] if u not in valid_points] if valid_ref else []
                 log(f"[quality] {name} seed {seed}: continuing its kept training of {extended} updates to {updates} "
-                    f"(--lr-scheduler {option_value([*common, *configs[name]], '--lr-scheduler') or 'fixed'} does "
-                    "not depend on --max-update: the same run as one trained to the end from the start)"
+                    "(nothing in its options that fairseq does not resume exactly: the same run as one trained "
+                    "to the end from the start)"
                     + (f"; its scores at {', '.join(map(str, sorted(set(points) | set(valid_points))))} updates "
                        "are kept" if points or valid_points else ""))
             elif resumed:
@@ -1496,8 +1496,9 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     p.add_argument("--keep-checkpoints", action="store_true",
                    help="keep each run's checkpoints after scoring (default: deleted); a rerun with "
                         "another --beam or generation options then scores them again instead of training, "
-                        "and one with a larger --updates continues them (schedules that do not depend on "
-                        "--max-update, e.g. inverse_sqrt) instead of training from the start")
+                        "and one with a larger --updates continues them instead of training from the start, "
+                        "where fairseq resumes exactly (not under cosine / tri_stage / reduce_lr_on_plateau, "
+                        "--patience, fp16 / bf16 / amp, --reset-*, --restore-file: see the module's help)")
     p.add_argument("--import-runs", action="append", default=[], metavar="QUALITY_JSON",
                    help="use the runs of an earlier report (its quality.json: same settings, e.g. seeds "
                         "trained on another machine) for the asked-for seeds OUT_DIR has not run; "
