@@ -267,6 +267,43 @@ def evaluate(data_bin, ckpt, ref, beam, out_dir, src="zh", tgt="en", gen_args=()
     return res, hyps
 
 
+def train_set_loss(data_bin, ckpt, log_path, threads=0, extra_env=None, langs=None, max_tokens=8192):
+    """fairseq-validate of ``ckpt`` on the training subset of ``data_bin``, in eval mode (no
+    dropout) with the training's own criterion (the label-smoothed loss, base 2, as the valid
+    loss in train.log): how well the model fits the sentences it was trained on. Beside the
+    valid loss it separates an architecture that fits the training data worse (optimisation,
+    capacity) from one that fits it as well or better and generalises worse. Every training
+    sentence counts (--required-batch-size-multiple 1; a sentence longer than the model's
+    positions stops it rather than being skipped; the count fairseq reports is checked against
+    the binarised subset). Returns {"loss", "nll_loss", "ppl", "sentences", ...}."""
+    from fairseq_ctx.analysis.learning_curves import parse_validate_output
+
+    cmd = [sys.executable, "-m", "fairseq_cli.validate", data_bin, "--user-dir", PACKAGE_DIR, "--path", ckpt,
+           "--task", "translation", "--valid-subset", "train", "--max-tokens", str(max_tokens),
+           "--required-batch-size-multiple", "1", "--num-workers", "0", "--log-format", "simple",
+           # the data it trained on, wherever the checkpoint says its data was
+           "--model-overrides", repr({"data": os.path.abspath(data_bin)})]
+    if langs:
+        cmd += ["--source-lang", langs[0], "--target-lang", langs[1]]
+    env = {**os.environ, **(extra_env or {})}
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    with open(log_path, "w") as log:
+        log.write(" ".join(shlex.quote(c) for c in cmd) + "\n")
+        log.flush()
+        p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    text = _read_text(log_path) or ""
+    found = parse_validate_output(text, "train")
+    if p.returncode != 0 or found is None:
+        raise RuntimeError(f"train-set loss failed (rc {p.returncode}), log {log_path}:\n{text[-3000:]}")
+    # fairseq-validate's "bsz" is the subset's sentence count: every one must be in the loss
+    expected, _ = binarised_sentences(data_bin, "train", *(langs or ("zh", "en")))
+    if isinstance(expected, int) and found.get("bsz") != expected:
+        raise RuntimeError(f"train-set loss over {found.get('bsz')} sentences, the training subset has {expected} "
+                           f"(log {log_path})")
+    return {**found, "sentences": found.get("bsz")}
+
+
 # ---------------------------------------------------------------------------------------
 # Statistics
 # ---------------------------------------------------------------------------------------
@@ -539,10 +576,20 @@ def curve_markdown(curves, curve_comparisons, baselines, meta, curve_png=None):
              "Δ rows: seed-paired mean difference system - baseline "
              "[95% t CI]." + (f" Plot: `{curve_png}`." if curve_png else "")
              + (f" Training for the curve: {meta['curve_training']}." if meta.get("curve_training") else "")]
-    valid_bleu_updates = sorted({u for c in curves.values() for u in (c.get("valid_bleu") or {}).get("updates", [])})
+    def updates_of(metric):
+        return sorted({u for c in curves.values() for u in (c.get(metric) or {}).get("updates", [])})
+
+    if updates_of("train_loss"):
+        lines += ["", "Train-set loss (--train-loss): fairseq-validate of the final checkpoint on the training "
+                  "subset, eval mode (no dropout), the training's label-smoothed loss (base 2, as the valid "
+                  "loss); valid - train: the valid loss logged at the same update minus it. A system behind "
+                  "on valid loss and also on train-set loss fits its training data worse (optimisation, "
+                  "capacity); one level or ahead on train-set loss but behind on valid loss generalises worse."]
     for metric, title, ups, nd in (("bleu", "BLEU", bleu_updates, 2),
                                    ("valid_loss", "Valid loss", valid_updates, 3),
-                                   ("valid_bleu", "Valid BLEU", valid_bleu_updates, 2)):
+                                   ("valid_bleu", "Valid BLEU", updates_of("valid_bleu"), 2),
+                                   ("train_loss", "Train-set loss (eval mode)", updates_of("train_loss"), 3),
+                                   ("fit_gap", "Valid - train-set loss", updates_of("fit_gap"), 3)):
         if metric == "valid_loss" and len(bleu_updates) > 1:
             # the JSON and the plot have every validation; the table the BLEU points
             ups = [u for u in ups if u in bleu_updates] or ups
@@ -555,7 +602,8 @@ def curve_markdown(curves, curve_comparisons, baselines, meta, curve_png=None):
             cur = curves[name].get(metric)
             if not cur or not cur.get("updates"):
                 continue
-            lines.append(f"| {name} | {baselines.get(name) or '(baseline)'} | "
+            seeds_note = f" ({cur['n']} seeds)" if metric in ("train_loss", "fit_gap") else ""
+            lines.append(f"| {name}{seeds_note} | {baselines.get(name) or '(baseline)'} | "
                          + " | ".join(_cell(cur, u, nd) for u in ups) + " |")
             diff = (curve_comparisons.get(name) or {}).get(metric)
             if diff:
@@ -871,6 +919,8 @@ def _training_seconds(log_path):
 
 # scores of the checkpoint at U updates: test in RUN/curve/updU, valid in RUN/valid/updU
 POINT_DIRS = {"test": "curve", "valid": "valid"}
+# a run record's {updates: ...} entries
+CURVE_KEYS = ("curve", "valid", "valid_bleu", "train_loss", "fit_gap")
 
 
 def _point_path(run_dir, u, subset="test"):
@@ -906,9 +956,26 @@ def _done_points(run_dir, settings, subset="test"):
     return out
 
 
-def _with_curves(rec, points, run_dir, updates, valid_points=None):
+def _train_loss_path(run_dir, u):
+    return os.path.join(run_dir, "train_loss", f"upd{u}.json")
+
+
+def _train_loss_points(run_dir, key_at):
+    """This run's train-set losses (--train-loss), {updates: record}, each measured on a
+    checkpoint of the training this run's settings give at that update count (``key_at(n)``:
+    the training key at n updates; a continued kept training keeps its shorter one's)."""
+    out = {}
+    for path in glob.glob(os.path.join(run_dir, "train_loss", "upd*.json")):
+        rec = _read_json(path)
+        if rec and isinstance(rec.get("updates"), int) and rec.get("settings") == key_at(rec["updates"]):
+            out[rec["updates"]] = rec
+    return out
+
+
+def _with_curves(rec, points, run_dir, updates, valid_points=None, train_points=None):
     """The run's record for the report: final result + test BLEU, valid loss and (where
-    scored) valid BLEU by update count."""
+    scored) valid BLEU by update count; with train-set losses (--train-loss), those and the
+    valid - train difference where the log has a validation at the same update count."""
     from fairseq_ctx.analysis.learning_curves import parse_valid_log_file
 
     rec = dict(rec)
@@ -923,6 +990,11 @@ def _with_curves(rec, points, run_dir, updates, valid_points=None):
                                  "eval_seconds": p.get("eval_seconds")} for u, p in sorted(valid_points.items())}
         if (valid_points.get(updates) or {}).get("hyps") is not None:  # for the seed x sentence interval
             rec["valid_hyps"] = valid_points[updates]["hyps"]
+    if train_points:
+        rec["train_loss"] = {u: {k: p[k] for k in ("loss", "nll_loss", "ppl") if k in p}
+                             for u, p in sorted(train_points.items()) if u <= updates}
+        rec["fit_gap"] = {u: {"loss": round(rec["valid"][u]["loss"] - p["loss"], 6)}
+                          for u, p in rec["train_loss"].items() if u in rec["valid"]}
     return rec
 
 
@@ -950,7 +1022,7 @@ def _imported_run(rec, source, name, seed, settings, score_updates, valid_bleu):
     if rec.get("settings") != settings:
         raise ImportedRunMismatch(f"{source}: {name} seed {seed} was run with other settings than this "
                                   f"comparison's:\n  there: {rec.get('settings')}\n  here:  {settings}")
-    rec = {k: ({int(u): point for u, point in v.items()} if k in ("curve", "valid", "valid_bleu") else v)
+    rec = {k: ({int(u): point for u, point in v.items()} if k in CURVE_KEYS else v)
            for k, v in rec.items() if k not in TRANSLATIONS}
     lacking = [f"test BLEU at {u}" for u in score_updates if u not in rec.get("curve", {})]
     lacking += [f"valid BLEU at {u}" for u in score_updates if valid_bleu and u not in rec.get("valid_bleu", {})]
@@ -982,7 +1054,7 @@ def _runs_locked(run_dirs):
 def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam=5,
         threads=0, gen_args=(), train_fn=train, eval_fn=evaluate, log=print, jobs=1,
         curve_updates=(), keep_checkpoints=False, valid_ref=None, imported=None, gpus=None, gpus_per_run=None,
-        langs=None):
+        langs=None, train_loss=False, train_loss_fn=train_set_loss):
     """Train + evaluate every (config, seed) not done already; returns results.
 
     Runs go seed by seed (every config's seed 1 before any seed 2), ``jobs`` at a time,
@@ -1018,6 +1090,12 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
 
     ``langs``: (source, target) of every training and scoring (None: fairseq's and
     ``evaluate``'s defaults, zh -> en).
+
+    ``train_loss``: also measure each run's loss on the training subset at its final
+    checkpoint (``train_set_loss``: eval mode, the training's criterion), kept in
+    RUN/train_loss/updU.json and reported as "train_loss" and "fit_gap" (valid - train loss)
+    {updates: ...}. A finished run whose checkpoints are gone is not trained again for it:
+    it is reported without one (and named in the log).
     """
     curve_updates = sorted({int(u) for u in curve_updates if int(u) < updates})
     per_run = f" gpus_per_run={gpus_per_run}" if gpus_per_run and gpus_per_run > 1 else ""
@@ -1054,8 +1132,38 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             return None
         return n
 
+    train_langs = {"langs": tuple(langs)} if langs else {}
+
+    def train_points_of(name, seed, run_dir):
+        return _train_loss_points(run_dir, lambda n: training_settings(name, seed, n))
+
+    def measure_train_loss(name, seed, run_dir, ckpt, pin):
+        """The train-set loss of this run's final checkpoint ``ckpt`` (RUN/train_loss/updU.json)."""
+        path = _train_loss_path(run_dir, updates)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        t0 = time.time()
+        found = train_loss_fn(data_bin, ckpt, path[: -len(".json")] + ".log", threads, **pin, **train_langs)
+        _write_json(path, {"settings": training_settings(name, seed), "updates": updates, "subset": "train",
+                           **{k: found[k] for k in ("loss", "nll_loss", "ppl", "sentences") if k in found},
+                           "checkpoint": os.path.basename(ckpt), "seconds": round(time.time() - t0, 1)})
+        log(f"[quality] {name} seed {seed}: train-set loss {found['loss']} at {updates} updates")
+
+    def kept_train_loss(name, seed, run_dir):
+        """--train-loss for a run finished already: measured on its kept final checkpoint, else
+        reported without (its training is not repeated for a diagnostic)."""
+        if updates in train_points_of(name, seed, run_dir):
+            return
+        ckpt_dir = os.path.join(run_dir, "checkpoints")
+        last = os.path.join(ckpt_dir, "checkpoint_last.pt")
+        trained = _read_json(os.path.join(ckpt_dir, "trained.json")) or {}
+        if (_as_training_key(trained.get("settings")) == training_settings(name, seed) and os.path.exists(last)
+                and written_to_the_end(last) and (stored_updates(last) or 0) <= updates):
+            measure_train_loss(name, seed, run_dir, last, {})
+        else:
+            no_train_loss.append(f"{name} seed {seed}")
+
     results = {name: {} for name in configs}
-    todo, scored_otherwise, continued, shorter_gone = [], [], [], []
+    todo, scored_otherwise, continued, shorter_gone, no_train_loss = [], [], [], [], []
     for seed in seeds:
         for name in sorted(configs):
             run_dir = os.path.join(out_dir, "runs", name, f"seed{seed}")
@@ -1077,7 +1185,10 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             missing = [u for u in curve_updates if u not in points]
             missing_valid = [u for u in curve_updates + [updates] if u not in valid_points] if valid_ref else []
             if final is not None and not missing and not missing_valid:
-                results[name][seed] = _with_curves(final, points, run_dir, updates, valid_points)
+                if train_loss:
+                    kept_train_loss(name, seed, run_dir)
+                results[name][seed] = _with_curves(final, points, run_dir, updates, valid_points,
+                                                   train_points_of(name, seed, run_dir))
                 log(f"[quality] {name} seed {seed}: done already (BLEU {final['bleu']})")
                 continue
             marker = os.path.join(run_dir, "imported.json")
@@ -1099,7 +1210,6 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             todo.append((name, seed, run_dir, settings, final, points, missing, valid_points, missing_valid))
 
     gpu_slots = GpuSlots(gpus)
-    train_langs = {"langs": tuple(langs)} if langs else {}
     eval_langs = {"src": langs[0], "tgt": langs[1]} if langs else {}
 
     def one_run(name, *job):
@@ -1191,7 +1301,7 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                     # is redone from this one (one decode per point) rather than mixing the two
                     log(f"[quality] {name} seed {seed}: training again for new points; its earlier "
                         "scores are dropped and every point is scored again from the new training")
-                for stale in ("result.json", "curve", "valid"):
+                for stale in ("result.json", "curve", "valid", "train_loss"):
                     path = os.path.join(run_dir, stale)
                     if os.path.isdir(path):
                         shutil.rmtree(path)
@@ -1266,9 +1376,12 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 log(f"[quality] {name} seed {seed}: {subset} BLEU {res['bleu']} at {u} updates")
             if side and not keep_checkpoints:
                 shutil.rmtree(side, ignore_errors=True)
+        if train_loss and updates not in train_points_of(name, seed, run_dir):
+            measure_train_loss(name, seed, run_dir, last, pin)
         if not keep_checkpoints:  # checkpoints are large and not needed once scored
             shutil.rmtree(ckpt_dir, ignore_errors=True)
-        return name, seed, _with_curves(final, points, run_dir, updates, valid_points)
+        return name, seed, _with_curves(final, points, run_dir, updates, valid_points,
+                                        train_points_of(name, seed, run_dir))
 
     def adopt_shorter_scores(name, seed, run_dir, ckpt_dir, n):
         """Before the kept ``n``-update training is continued: every score it has (its curve
@@ -1363,6 +1476,10 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         log(f"[quality] {len(scored_otherwise)} run(s) trained with these settings were scored with another beam "
             "or generation options and their checkpoints are gone (scored without --keep-checkpoints): trained "
             f"again to be scored: {', '.join(scored_otherwise)}")
+    if no_train_loss:
+        log(f"[quality] no train-set loss (--train-loss) for {len(no_train_loss)} finished run(s) whose final "
+            "checkpoint is gone (not trained again for it; --keep-checkpoints keeps checkpoints): "
+            f"{', '.join(no_train_loss)}")
     if continued:
         log(f"[quality] {len(continued)} run(s) continue their kept training of fewer updates to {updates} "
             f"(every score of it is kept, its final one as a curve point): {', '.join(continued)}")
@@ -1396,22 +1513,30 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     return results
 
 
+LOSSES = ("valid_loss", "train_loss", "fit_gap")  # lower is better
+
+
 def learning_curves(results, baselines, seeds):
     """Per config: BLEU and valid loss curves over seeds; per system: seed-paired
     differences at each update count. Returns (curves, curve_comparisons)."""
     from fairseq_ctx.analysis.seed_statistics import curve_summary, seed_difference
 
-    # metric: (the run record's key, the value's field); valid BLEU only where scored
-    metrics = {"bleu": ("curve", "bleu"), "valid_loss": ("valid", "loss"), "valid_bleu": ("valid_bleu", "bleu")}
+    # metric: (the run record's key, the value's field); the optional ones (valid BLEU, the
+    # train-set loss and valid - train) only where measured, over the seeds that have them
+    metrics = {"bleu": ("curve", "bleu"), "valid_loss": ("valid", "loss"), "valid_bleu": ("valid_bleu", "bleu"),
+               "train_loss": ("train_loss", "loss"), "fit_gap": ("fit_gap", "loss")}
+    optional = ("valid_bleu", "train_loss", "fit_gap")
     curves = {}
     for name, runs in results.items():
         have = [s for s in seeds if s in runs]
         if not have:
             continue
-        curves[name] = {metric: curve_summary({s: {u: p[field] for u, p in runs[s].get(key, {}).items()}
-                                               for s in have})
-                        for metric, (key, field) in metrics.items()
-                        if metric != "valid_bleu" or any(runs[s].get(key) for s in have)}
+        curves[name] = {}
+        for metric, (key, field) in metrics.items():
+            measured = [s for s in have if runs[s].get(key)] if metric in optional else have
+            if measured:
+                curves[name][metric] = curve_summary({s: {u: p[field] for u, p in runs[s].get(key, {}).items()}
+                                                      for s in measured})
     comparisons = {}
     for name, base in baselines.items():
         if not base or name not in curves or base not in curves:
@@ -1422,9 +1547,11 @@ def learning_curves(results, baselines, seeds):
                 continue
             ups = sorted(set(curves[name][metric]["updates"]) & set(curves[base][metric]["updates"]))
             comparisons[name][metric] = {
-                u: seed_difference({s: r[key][u][field] for s, r in results[name].items() if s in seeds},
-                                   {s: r[key][u][field] for s, r in results[base].items() if s in seeds},
-                                   higher_is_better=metric != "valid_loss")
+                u: seed_difference({s: r[key][u][field] for s, r in results[name].items()
+                                    if s in seeds and u in r.get(key, {})},
+                                   {s: r[key][u][field] for s, r in results[base].items()
+                                    if s in seeds and u in r.get(key, {})},
+                                   higher_is_better=metric not in LOSSES)
                 for u in ups}
     return curves, comparisons
 
@@ -1460,7 +1587,7 @@ def _data_record_of(out_dir, data_id):
     return data_id
 
 
-def main(argv=None, train_fn=train, eval_fn=evaluate):
+def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_loss):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", default="work/demo/data",
                    help="prepared data: bin/ (fairseq-preprocess) + raw/test.TGT (raw/valid.TGT with --valid-bleu); "
@@ -1492,6 +1619,11 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     p.add_argument("--valid-bleu", action="store_true",
                    help="also translate and score every scored checkpoint on the valid subset "
                         "(DATA_DIR/raw/valid.TGT): choose among configs on valid BLEU, report test")
+    p.add_argument("--train-loss", action="store_true",
+                   help="also measure each run's loss on the training subset at its final checkpoint "
+                        "(fairseq-validate, eval mode, the training's criterion; one pass over the training "
+                        "data per run) and report it with valid - train loss: does a system that is behind "
+                        "fit its training data worse, or generalise worse")
     p.add_argument("--curve-png", default=None, help="learning-curve plot (default OUT_DIR/curves.png)")
     p.add_argument("--keep-checkpoints", action="store_true",
                    help="keep each run's checkpoints after scoring (default: deleted); a rerun with "
@@ -1686,7 +1818,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
                       a.beam, a.threads, a.gen_args, train_fn=train_fn, eval_fn=eval_fn, log=log,
                       jobs=a.jobs, curve_updates=curve_updates, keep_checkpoints=a.keep_checkpoints,
                       valid_ref=valid_ref, imported=imported, gpus=gpus, gpus_per_run=gpus_per_run,
-                      langs=(a.src, a.tgt))
+                      langs=(a.src, a.tgt), train_loss=a.train_loss, train_loss_fn=train_loss_fn)
     except ImportedRunMismatch as error:  # found before any training
         p.error(f"--import-runs: {error}")
     except RunInUse as error:  # found before any training
@@ -1732,7 +1864,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "updates": a.updates, "seeds": a.seeds,
             "beam": a.beam, "data": a.data_dir, "src": a.src, "tgt": a.tgt, "test_sentences": len(refs),
             "test_refs_sha256": refs_sha256, "data_sha256": data_sha256, "valid_bleu": a.valid_bleu,
-            "common": " ".join(common), "curve_updates": curve_updates + [a.updates],
+            "common": " ".join(common), "curve_updates": curve_updates + [a.updates], "train_loss": a.train_loss,
             "curve_training": (f"as common, without --disable-validation, plus --save-interval-updates "
                                f"{curve_interval(curve_updates)} --keep-interval-updates -1 "
                                f"--validate-interval-updates {curve_interval(curve_updates)}")
@@ -1745,6 +1877,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
     has_valid_bleu = any((c.get("valid_bleu") or {}).get("updates") for c in curves.values())
     has_curve = any(len(c["bleu"]["updates"]) > 1 or c["valid_loss"]["updates"] for c in curves.values()) \
         or has_valid_bleu
+    has_train_loss = any(c.get("train_loss") for c in curves.values())
     png = None
     if has_curve:
         from fairseq_ctx.analysis.learning_curves import plot_learning_curves
@@ -1758,7 +1891,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate):
                              title=f"mean over seeds {', '.join(map(str, a.seeds))}, band: min-max")
     md_path = a.markdown or os.path.join(a.out_dir, "quality.md")
     png_in_md = os.path.relpath(png, os.path.dirname(os.path.abspath(md_path))) if png else None
-    md = markdown(summary, comparisons, baselines, meta, curves if has_curve else None,
+    md = markdown(summary, comparisons, baselines, meta, curves if has_curve or has_train_loss else None,
                   curve_comparisons, png_in_md)
     print(md)
     out = {"meta": meta, "configs": {n: " ".join(v) for n, v in configs.items()},

@@ -2049,3 +2049,136 @@ def test_a_continuation_that_fairseq_did_not_resume_fails_and_is_trained_from_th
     fk.allow_resume = False  # the next run must not resume from what that attempt left
     q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
     assert fk.train_calls[-1]["updates"] == UPDATES and "extended_from_updates" not in q["runs"]["00-transformer"]["1"]
+
+
+# ---------------------------------------------------------------------------------------
+# --train-loss: the train-set loss beside the valid loss
+# ---------------------------------------------------------------------------------------
+
+def _fake_train_set_loss(calls):
+    """A train_set_loss stand-in: the loss of a run's final checkpoint from its config and seed."""
+    def measure(data_bin, ckpt, log_path, threads=0, extra_env=None, langs=None):
+        parts = ckpt.split(os.sep)
+        i = parts.index("runs")
+        name, seed = parts[i + 1], int(parts[i + 2][len("seed"):])
+        assert os.path.basename(ckpt) == "checkpoint_last.pt" and os.path.exists(ckpt)
+        calls.append((name, seed))
+        return {"loss": _fake_train_loss(name, seed), "nll_loss": 1.5, "ppl": 2.8}
+    return measure
+
+
+def _fake_train_loss(name, seed):
+    # 01-good fits its training data better by 0.3 - 0.02 * seed (its valid loss is 0.4 lower)
+    return 6.0 + 0.03 * seed - (0.3 - 0.02 * seed if name == "01-good" else 0.0)
+
+
+def test_train_loss_is_reported_beside_the_valid_loss_with_seed_level_differences(qc, study):
+    """--train-loss: every run's final checkpoint measured once on the training subset; the
+    report has the train-set loss, valid - train at the last update, and their seed-paired
+    differences against the baseline (written here from the fakes' numbers)."""
+    fk, calls = study.fakes, []
+
+    def main(*extra):
+        return qc.main(study.argv + ["--curve-updates", "20,40", *extra], train_fn=fk.train, eval_fn=fk.evaluate,
+                       train_loss_fn=_fake_train_set_loss(calls))
+
+    q = main("--train-loss")
+    assert sorted(calls) == [(n, s) for n in ("00-transformer", "01-good") for s in (1, 2, 3)]
+    for name, arch in (("00-transformer", "transformer"), ("01-good", "transformer_x")):
+        for seed in (1, 2, 3):
+            run = q["runs"][name][str(seed)]
+            assert run["train_loss"] == {UPDATES: {"loss": _fake_train_loss(name, seed), "nll_loss": 1.5,
+                                                   "ppl": 2.8}}
+            gap = run["fit_gap"][UPDATES]["loss"]
+            assert gap == pytest.approx(round(_loss(arch, seed, UPDATES), 3) - _fake_train_loss(name, seed))
+    diff = q["curve_comparisons"]["01-good"]["train_loss"][UPDATES]
+    want = [_fake_train_loss("01-good", s) - _fake_train_loss("00-transformer", s) for s in (1, 2, 3)]
+    assert diff["mean_diff"] == pytest.approx(sum(want) / 3) and diff["n"] == 3
+    assert diff["better"] == 3  # lower is better for a loss
+    gap = q["curve_comparisons"]["01-good"]["fit_gap"][UPDATES]
+    # valid loss 0.4 lower, train-set loss 0.3 - 0.02 s lower: the gap 0.1 + 0.02 s lower
+    assert gap["mean_diff"] == pytest.approx(-(0.1 + 0.04), abs=2e-3)
+    md = (study.out / "quality.md").read_text()
+    assert "### Train-set loss (eval mode)" in md and "### Valid - train-set loss" in md
+    assert "| 01-good (3 seeds) | 00-transformer |" in md and "| Δ 01-good | 00-transformer |" in md
+    assert q["meta"]["train_loss"] is True
+    # measured once: a rerun neither trains nor measures again
+    n_train = len(fk.train_calls)
+    main("--train-loss")
+    assert len(calls) == 6 and len(fk.train_calls) == n_train
+
+
+def test_train_loss_of_finished_runs_from_kept_checkpoints_only_never_by_training_again(qc, study, capsys):
+    """--train-loss asked of runs finished without it: measured on their kept final checkpoint
+    (--keep-checkpoints); where the checkpoints are gone the run is not trained again for a
+    diagnostic: the log names it and the report has no train-set loss for it."""
+    fk, calls = study.fakes, []
+
+    def main(*extra):
+        return qc.main(study.argv + ["--seeds", "1", "2", *extra], train_fn=fk.train, eval_fn=fk.evaluate,
+                       train_loss_fn=_fake_train_set_loss(calls))
+
+    main("--configs", "00-*", "--keep-checkpoints")
+    main("--configs", "01-*")
+    n_train = len(fk.train_calls)
+    capsys.readouterr()
+    q = main("--train-loss")
+    assert len(fk.train_calls) == n_train
+    assert sorted(calls) == [("00-transformer", 1), ("00-transformer", 2)]
+    assert "no train-set loss (--train-loss) for 2 finished run(s) whose final checkpoint is gone" in \
+        capsys.readouterr().err
+    assert "train_loss" in q["runs"]["00-transformer"]["1"] and "train_loss" not in q["runs"]["01-good"]["1"]
+    assert "train_loss" in q["curves"]["00-transformer"] and "train_loss" not in q["curves"]["01-good"]
+    assert "train_loss" not in q["curve_comparisons"].get("01-good", {})
+
+
+def test_real_tiny_train_set_loss_is_the_eval_mode_loss_of_every_training_sentence(qc, tiny_corpus, tmp_path,
+                                                                                   monkeypatch):
+    """fairseq itself: the train-set loss quality_compare reports equals the label-smoothed
+    loss, written here from its definition (Szegedy et al.: (1 - eps) NLL + eps times the mean
+    of -log p over the vocabulary, as fairseq spreads eps: eps / (V - 1) on every other word),
+    of the final model in eval mode over every sentence of the training subset, in base 2; and
+    valid - train uses the valid loss fairseq logged at the last update."""
+    import torch
+    from fairseq import checkpoint_utils
+
+    cfg = _tiny_config_dir(tmp_path / "configs", "--max-tokens 400 --dropout 0.3")
+    out = tmp_path / "out"
+    q = qc.main(["--data-dir", str(tiny_corpus), "--config-dir", str(cfg), "--seeds", "1", "--updates", "12",
+                 "--curve-updates", "6", "--out-dir", str(out), "--threads", "1", "--keep-checkpoints",
+                 "--train-loss", "--", "--max-len-b", "5"])
+    run = q["runs"]["00-transformer"]["1"]
+    reported = run["train_loss"][12]
+    ckpt = out / "runs" / "00-transformer" / "seed1" / "checkpoints" / "checkpoint_last.pt"
+    models, saved, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(ckpt)], arg_overrides={"data": str(tiny_corpus / "bin")})
+    model = models[0].eval()
+    task.load_dataset("train")
+    data = task.dataset("train")
+    eps, pad = saved.criterion.label_smoothing, task.target_dictionary.pad()
+    loss_sum, nll_sum, tokens = 0.0, 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(data), 16):
+            batch = data.collater([data[i] for i in range(start, min(start + 16, len(data)))])
+            logits = model(**batch["net_input"])[0].double()
+            lprobs = torch.log_softmax(logits, dim=-1)
+            target = batch["target"]
+            keep = target.ne(pad)
+            nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            smooth = -lprobs.sum(-1)
+            vocab = lprobs.size(-1)
+            each = (1 - eps - eps / (vocab - 1)) * nll + eps / (vocab - 1) * smooth
+            loss_sum += each[keep].sum().item()
+            nll_sum += nll[keep].sum().item()
+            tokens += int(keep.sum())
+    assert tokens == sum(len(data.tgt[i]) for i in range(len(data)))  # every training sentence
+    record = json.loads((out / "runs" / "00-transformer" / "seed1" / "train_loss" / "upd12.json").read_text())
+    assert record["sentences"] == len(data) and record["loss"] == reported["loss"]
+    # a loss over fewer sentences than the subset holds is refused, not reported
+    monkeypatch.setattr(qc, "binarised_sentences", lambda *args: (len(data) + 1, "train.idx"))
+    with pytest.raises(RuntimeError, match=f"train-set loss over {len(data)} sentences, the training subset has "
+                                           f"{len(data) + 1}"):
+        qc.train_set_loss(str(tiny_corpus / "bin"), str(ckpt), str(tmp_path / "again.log"), threads=1)
+    assert reported["loss"] == pytest.approx(loss_sum / tokens / math.log(2), abs=2e-3)
+    assert reported["nll_loss"] == pytest.approx(nll_sum / tokens / math.log(2), abs=2e-3)
+    assert run["fit_gap"][12]["loss"] == pytest.approx(run["valid"][12]["loss"] - reported["loss"])

@@ -36,34 +36,55 @@ def _number(text):
     return int(x) if x.is_integer() and "." not in str(text) else x
 
 
+def _validation_fields(line: str, subset: str) -> Optional[Dict[str, str]]:
+    """The fields of one "valid on 'SUBSET' subset" line (simple or JSON log format), or None."""
+    m = VALID_SIMPLE.search(line)
+    if m:
+        if m.group("subset") != subset:
+            return None
+        fields = {}
+        for field in m.group("fields").split("|"):
+            parts = field.strip().split(None, 1)
+            if len(parts) == 2:
+                fields[parts[0]] = parts[1].strip()
+        epoch = EPOCH.search(line[: m.start()])
+        if epoch:
+            fields.setdefault("epoch", epoch.group(1))
+        return fields
+    m = VALID_JSON.search(line)
+    if not m or m.group("tag") != subset:
+        return None
+    try:
+        record = json.loads(m.group("json"))
+    except ValueError:
+        return None
+    prefix = subset + "_"
+    fields = {k[len(prefix):]: v for k, v in record.items() if k.startswith(prefix)}
+    if "epoch" in record:
+        fields.setdefault("epoch", record["epoch"])
+    return fields
+
+
+def parse_validate_output(text: str, subset: str) -> Optional[Dict[str, float]]:
+    """fairseq-validate output -> {loss, nll_loss, ppl, ...} of its last line for ``subset``
+    (fairseq-validate prints no update count), or None when it has none."""
+    found = None
+    for line in text.splitlines():
+        fields = _validation_fields(line, subset)
+        if fields is not None and _number(fields.get("loss")) is not None:
+            found = fields
+    if found is None:
+        return None
+    return {k: _number(v) for k, v in found.items() if _number(v) is not None}
+
+
 def parse_valid_log(text: str, subset: str = "valid") -> Dict[int, Dict[str, float]]:
     """fairseq-train output -> {num_updates: {loss, nll_loss, ppl, epoch}} of ``subset``."""
     out = {}
     for line in text.splitlines():
-        m = VALID_SIMPLE.search(line)
-        if m:
-            if m.group("subset") != subset:
-                continue
-            fields = {}
-            for field in m.group("fields").split("|"):
-                parts = field.strip().split(None, 1)
-                if len(parts) == 2:
-                    fields[parts[0]] = parts[1].strip()
-            epoch = EPOCH.search(line[: m.start()])
-            if epoch:
-                fields.setdefault("epoch", epoch.group(1))
-        else:
-            m = VALID_JSON.search(line)
-            if not m or m.group("tag") != subset:
-                continue
-            try:
-                record = json.loads(m.group("json"))
-            except ValueError:
-                continue
-            prefix = subset + "_"
-            fields = {k[len(prefix):]: v for k, v in record.items() if k.startswith(prefix)}
-            if "epoch" in record:
-                fields.setdefault("epoch", record["epoch"])
+        fields = _validation_fields(line, subset)
+        if fields is None:
+            continue
         updates = _number(fields.get("num_updates"))
         if updates is None or _number(fields.get("loss")) is None:
             continue

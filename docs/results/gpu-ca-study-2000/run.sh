@@ -8,6 +8,9 @@
 # --valid-bleu; set to the empty string: no valid-set decodes; any other value is passed on as
 # an argument), NO_BENCH (set to any value, 0 included: no benchmark). The 3,000-update run of
 # docs/results/gpu-ca-study-3000/: UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1.
+# The kit it installs from (.gpu/, untracked, carried to the machine with work/demo/data):
+# scripts/gpu/make-lease-kit.sh (runs before 2026-11-27 used a hand-made .gpu/ with the
+# extension builder inside it; the builder is scripts/gpu/build_fairseq_ext.py since).
 set -u
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-560}
@@ -29,7 +32,7 @@ if [ -z "${SKIP_WHEELS:-}" ]; then
 fi
 tar xzf .gpu/sdist/fairseq_fixed-0.12.3.1.tar.gz -C "$W" || { log "untar failed"; exit 1; }
 FS=$W/fairseq_fixed-0.12.3.1
-(cd "$FS" && env -u CUDA_HOME "$PY" "$REPO/.gpu/build_fairseq_ext.py" >"$W/build.log" 2>&1) \
+(cd "$FS" && env -u CUDA_HOME "$PY" "$REPO/scripts/gpu/build_fairseq_ext.py" >"$W/build.log" 2>&1) \
     || { tail -40 "$W/build.log" >>"$OUT/setup.log"; log "fairseq extension build failed"; exit 1; }
 log "fairseq extensions built"
 cp -r fairseq_ctx "$W/src/" && cp -r work/demo/data "$W/data" || { log "copy failed"; exit 1; }
