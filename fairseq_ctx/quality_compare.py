@@ -40,6 +40,15 @@ scored on the valid subset (DATA_DIR/raw/valid.TGT, same evaluation), reported a
 "Valid BLEU" curve with seed-paired differences; choose on it and report test once, so the
 choice is not fitted to the test set.
 
+Fit or generalisation (``--train-loss``): each run's final checkpoint is also measured on
+the training subset (``train_set_loss``: fairseq-validate, eval mode, the training's
+label-smoothed loss in base 2, every training sentence counted), reported with valid - train
+(where the log has a validation at the last update: with ``--curve-updates``) and
+seed-paired differences. A system behind on valid loss and on train-set loss fits its
+training data worse; one level or ahead on the training data generalises worse. Finished
+runs are measured from their kept checkpoints (``--keep-checkpoints``), never trained again
+for it.
+
 Finished runs and finished curve points (same settings) are not redone, so an
 interrupted comparison resumes (an out-dir holds the runs of one data set and direction,
 recorded in OUT_DIR/data.json: other data is refused, not scored as if the same; a run that
