@@ -41,13 +41,14 @@ scored on the valid subset (DATA_DIR/raw/valid.TGT, same evaluation), reported a
 choice is not fitted to the test set.
 
 Fit or generalisation (``--train-loss``): each run's final checkpoint is also measured on
-the training subset (``train_set_loss``: fairseq-validate, eval mode, the training's
-label-smoothed loss in base 2, every training sentence counted), reported with valid - train
-(where the log has a validation at the last update: with ``--curve-updates``) and
-seed-paired differences. A system behind on valid loss and on train-set loss fits its
-training data worse; one level or ahead on the training data generalises worse. Finished
-runs are measured from their kept checkpoints (``--keep-checkpoints``), never trained again
-for it.
+the training subset and on valid in one pass (``train_set_loss`` ->
+``fairseq_ctx.analysis.subset_loss``: eval mode, fp32, the training's criterion, every sentence
+counted, over-long pairs skipped and counted as fairseq-train skips them), reported with valid
+- train, the NLLs and seed-paired differences ("Fit and generalisation"). A system behind on
+valid and on the training data fits its training data worse; one level or ahead on the
+training data generalises worse. Finished runs are measured from their kept checkpoints
+(``--keep-checkpoints``), never trained again for it; a failed measurement keeps the run's
+scores and checkpoints (a rerun measures them).
 
 Finished runs and finished curve points (same settings) are not redone, so an
 interrupted comparison resumes (an out-dir holds the runs of one data set and direction,
@@ -277,40 +278,33 @@ def evaluate(data_bin, ckpt, ref, beam, out_dir, src="zh", tgt="en", gen_args=()
 
 
 def train_set_loss(data_bin, ckpt, log_path, threads=0, extra_env=None, langs=None, max_tokens=8192):
-    """fairseq-validate of ``ckpt`` on the training subset of ``data_bin``, in eval mode (no
-    dropout) with the training's own criterion (the label-smoothed loss, base 2, as the valid
-    loss in train.log): how well the model fits the sentences it was trained on. Beside the
-    valid loss it separates an architecture that fits the training data worse (optimisation,
-    capacity) from one that fits it as well or better and generalises worse. Every training
-    sentence counts (--required-batch-size-multiple 1; a sentence longer than the model's
-    positions stops it rather than being skipped; the count fairseq reports is checked against
-    the binarised subset). Returns {"loss", "nll_loss", "ppl", "sentences", ...}."""
-    from fairseq_ctx.analysis.learning_curves import parse_validate_output
-
-    cmd = [sys.executable, "-m", "fairseq_cli.validate", data_bin, "--user-dir", PACKAGE_DIR, "--path", ckpt,
-           "--task", "translation", "--valid-subset", "train", "--max-tokens", str(max_tokens),
-           "--required-batch-size-multiple", "1", "--num-workers", "0", "--log-format", "simple",
-           # the data it trained on, wherever the checkpoint says its data was
-           "--model-overrides", repr({"data": os.path.abspath(data_bin)})]
+    """The loss of ``ckpt`` on the training subset and on valid, in one pass of
+    ``python -m fairseq_ctx.analysis.subset_loss`` (eval mode, the training's criterion, fp32,
+    one device; every sentence counted, pairs longer than the model's positions skipped and
+    counted as fairseq-train skips them): how well the model fits the sentences it was trained
+    on, beside how well it does on held-out ones. It tells an architecture that fits its
+    training data worse (optimisation, capacity) from one that fits it as well and generalises
+    worse. Returns that module's JSON ({"checkpoint_updates", "device", "dtype", "subsets":
+    {"train": {...}, "valid": {...}}})."""
+    out_json = log_path[: -len(".log")] + ".out.json" if log_path.endswith(".log") else log_path + ".out.json"
+    cmd = [sys.executable, "-m", "fairseq_ctx.analysis.subset_loss", "--path", ckpt, "--data", data_bin,
+           "--subsets", "train,valid", "--max-tokens", str(max_tokens), "--json", out_json]
     if langs:
         cmd += ["--source-lang", langs[0], "--target-lang", langs[1]]
     env = {**os.environ, **(extra_env or {})}
     if threads:
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    if os.path.exists(out_json):
+        os.remove(out_json)
     with open(log_path, "w") as log:
         log.write(" ".join(shlex.quote(c) for c in cmd) + "\n")
         log.flush()
         p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    text = _read_text(log_path) or ""
-    found = parse_validate_output(text, "train")
-    if p.returncode != 0 or found is None:
+    found = _read_json(out_json)
+    if p.returncode != 0 or not found:
+        text = _read_text(log_path) or ""
         raise RuntimeError(f"train-set loss failed (rc {p.returncode}), log {log_path}:\n{text[-3000:]}")
-    # fairseq-validate's "bsz" is the subset's sentence count: every one must be in the loss
-    expected, _ = binarised_sentences(data_bin, "train", *(langs or ("zh", "en")))
-    if isinstance(expected, int) and found.get("bsz") != expected:
-        raise RuntimeError(f"train-set loss over {found.get('bsz')} sentences, the training subset has {expected} "
-                           f"(log {log_path})")
-    return {**found, "sentences": found.get("bsz")}
+    return found
 
 
 # ---------------------------------------------------------------------------------------
@@ -588,17 +582,9 @@ def curve_markdown(curves, curve_comparisons, baselines, meta, curve_png=None):
     def updates_of(metric):
         return sorted({u for c in curves.values() for u in (c.get(metric) or {}).get("updates", [])})
 
-    if updates_of("train_loss"):
-        lines += ["", "Train-set loss (--train-loss): fairseq-validate of the final checkpoint on the training "
-                  "subset, eval mode (no dropout), the training's label-smoothed loss (base 2, as the valid "
-                  "loss); valid - train: the valid loss logged at the same update minus it. A system behind "
-                  "on valid loss and also on train-set loss fits its training data worse (optimisation, "
-                  "capacity); one level or ahead on train-set loss but behind on valid loss generalises worse."]
     for metric, title, ups, nd in (("bleu", "BLEU", bleu_updates, 2),
                                    ("valid_loss", "Valid loss", valid_updates, 3),
-                                   ("valid_bleu", "Valid BLEU", updates_of("valid_bleu"), 2),
-                                   ("train_loss", "Train-set loss (eval mode)", updates_of("train_loss"), 3),
-                                   ("fit_gap", "Valid - train-set loss", updates_of("fit_gap"), 3)):
+                                   ("valid_bleu", "Valid BLEU", updates_of("valid_bleu"), 2)):
         if metric == "valid_loss" and len(bleu_updates) > 1:
             # the JSON and the plot have every validation; the table the BLEU points
             ups = [u for u in ups if u in bleu_updates] or ups
@@ -611,8 +597,7 @@ def curve_markdown(curves, curve_comparisons, baselines, meta, curve_png=None):
             cur = curves[name].get(metric)
             if not cur or not cur.get("updates"):
                 continue
-            seeds_note = f" ({cur['n']} seeds)" if metric in ("train_loss", "fit_gap") else ""
-            lines.append(f"| {name}{seeds_note} | {baselines.get(name) or '(baseline)'} | "
+            lines.append(f"| {name} | {baselines.get(name) or '(baseline)'} | "
                          + " | ".join(_cell(cur, u, nd) for u in ups) + " |")
             diff = (curve_comparisons.get(name) or {}).get(metric)
             if diff:
@@ -976,7 +961,8 @@ def _train_loss_points(run_dir, key_at):
     out = {}
     for path in glob.glob(os.path.join(run_dir, "train_loss", "upd*.json")):
         rec = _read_json(path)
-        if rec and isinstance(rec.get("updates"), int) and rec.get("settings") == key_at(rec["updates"]):
+        if (rec and isinstance(rec.get("updates"), int) and rec.get("settings") == key_at(rec["updates"])
+                and isinstance(rec.get("train"), dict) and isinstance(rec.get("valid"), dict)):
             out[rec["updates"]] = rec
     return out
 
@@ -999,11 +985,15 @@ def _with_curves(rec, points, run_dir, updates, valid_points=None, train_points=
                                  "eval_seconds": p.get("eval_seconds")} for u, p in sorted(valid_points.items())}
         if (valid_points.get(updates) or {}).get("hyps") is not None:  # for the seed x sentence interval
             rec["valid_hyps"] = valid_points[updates]["hyps"]
-    if train_points:
-        rec["train_loss"] = {u: {k: p[k] for k in ("loss", "nll_loss", "ppl") if k in p}
-                             for u, p in sorted(train_points.items()) if u <= updates}
-        rec["fit_gap"] = {u: {"loss": round(rec["valid"][u]["loss"] - p["loss"], 6)}
-                          for u, p in rec["train_loss"].items() if u in rec["valid"]}
+    if train_points:  # (valid measured in the same pass as train: eval mode, fp32, the same criterion)
+        points = {u: p for u, p in sorted(train_points.items()) if u <= updates}
+        rec["train_loss"] = {u: {"loss": round(p["train"]["loss"], 6), "nll_loss": round(p["train"]["nll_loss"], 6),
+                                 "sentences": p["train"]["sentences"], "skipped": p["train"]["skipped"],
+                                 "checkpoint_updates": p.get("checkpoint_updates")} for u, p in points.items()}
+        rec["fit_gap"] = {u: {"loss": round(p["valid"]["loss"] - p["train"]["loss"], 6),
+                              "nll_loss": round(p["valid"]["nll_loss"] - p["train"]["nll_loss"], 6),
+                              "valid_loss": round(p["valid"]["loss"], 6), "valid_nll_loss": round(p["valid"]["nll_loss"], 6)}
+                          for u, p in points.items()}
     return rec
 
 
@@ -1100,11 +1090,13 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     ``langs``: (source, target) of every training and scoring (None: fairseq's and
     ``evaluate``'s defaults, zh -> en).
 
-    ``train_loss``: also measure each run's loss on the training subset at its final
-    checkpoint (``train_set_loss``: eval mode, the training's criterion), kept in
-    RUN/train_loss/updU.json and reported as "train_loss" and "fit_gap" (valid - train loss)
-    {updates: ...}. A finished run whose checkpoints are gone is not trained again for it:
-    it is reported without one (and named in the log).
+    ``train_loss``: also measure each run's final checkpoint on the training subset and on
+    valid in one pass (``train_set_loss``: eval mode, the training's criterion, fp32), kept in
+    RUN/train_loss/updU.json and reported as "train_loss" {updates: {loss, nll_loss, sentences,
+    skipped}} and "fit_gap" {updates: {loss, nll_loss (valid - train), valid_loss,
+    valid_nll_loss}}. A finished run whose checkpoints are gone is not trained again for it:
+    it is reported without one (and named in the log), as is one whose measurement failed
+    (its checkpoints are then kept for a rerun).
     """
     curve_updates = sorted({int(u) for u in curve_updates if int(u) < updates})
     per_run = f" gpus_per_run={gpus_per_run}" if gpus_per_run and gpus_per_run > 1 else ""
@@ -1147,15 +1139,35 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         return _train_loss_points(run_dir, lambda n: training_settings(name, seed, n))
 
     def measure_train_loss(name, seed, run_dir, ckpt, pin):
-        """The train-set loss of this run's final checkpoint ``ckpt`` (RUN/train_loss/updU.json)."""
+        """The train-set and valid loss of this run's final checkpoint ``ckpt``, in one pass
+        (RUN/train_loss/updU.json); True when measured. A failed measurement is logged and the
+        run named in the report's log, not raised: its scores stand, and its checkpoints are
+        kept (RUN/train_loss/KEPT marks them) so that a rerun measures them."""
         path = _train_loss_path(run_dir, updates)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         t0 = time.time()
-        found = train_loss_fn(data_bin, ckpt, path[: -len(".json")] + ".log", threads, **pin, **train_langs)
-        _write_json(path, {"settings": training_settings(name, seed), "updates": updates, "subset": "train",
-                           **{k: found[k] for k in ("loss", "nll_loss", "ppl", "sentences") if k in found},
-                           "checkpoint": os.path.basename(ckpt), "seconds": round(time.time() - t0, 1)})
-        log(f"[quality] {name} seed {seed}: train-set loss {found['loss']} at {updates} updates")
+        try:
+            found = train_loss_fn(data_bin, ckpt, path[: -len(".json")] + ".log", threads, **pin, **train_langs)
+            subsets = found["subsets"]
+            train_side, valid_side = subsets["train"], subsets["valid"]
+        except (RuntimeError, OSError, KeyError, TypeError, subprocess.SubprocessError) as error:
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            log(f"[quality] {name} seed {seed}: train-set loss failed ({first}); its checkpoints are kept so that "
+                "a rerun measures them")
+            _write_json(os.path.join(os.path.dirname(path), "KEPT"), {"error": str(error)[-3000:]})
+            no_train_loss.append(f"{name} seed {seed} (failed: {first})")
+            return False
+        _write_json(path, {"settings": training_settings(name, seed), "updates": updates,
+                           "checkpoint": os.path.basename(ckpt), "checkpoint_updates": found.get("checkpoint_updates"),
+                           "device": found.get("device"), "dtype": found.get("dtype"),
+                           "train": train_side, "valid": valid_side, "seconds": round(time.time() - t0, 1)})
+        kept_mark = os.path.join(os.path.dirname(path), "KEPT")
+        if os.path.exists(kept_mark):
+            os.remove(kept_mark)
+        log(f"[quality] {name} seed {seed}: train-set loss {train_side['loss']:.3f}, valid {valid_side['loss']:.3f} "
+            f"at {updates} updates ({train_side['sentences']} training sentences, {train_side['skipped']} longer "
+            "than the model's positions skipped)")
+        return True
 
     def kept_train_loss(name, seed, run_dir):
         """--train-loss for a run finished already: measured on its kept final checkpoint, else
@@ -1165,11 +1177,17 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
         ckpt_dir = os.path.join(run_dir, "checkpoints")
         last = os.path.join(ckpt_dir, "checkpoint_last.pt")
         trained = _read_json(os.path.join(ckpt_dir, "trained.json")) or {}
-        if (_as_training_key(trained.get("settings")) == training_settings(name, seed) and os.path.exists(last)
+        if not (_as_training_key(trained.get("settings")) == training_settings(name, seed) and os.path.exists(last)
                 and written_to_the_end(last) and (stored_updates(last) or 0) <= updates):
-            measure_train_loss(name, seed, run_dir, last, {})
-        else:
-            no_train_loss.append(f"{name} seed {seed}")
+            no_train_loss.append(f"{name} seed {seed} (its final checkpoint is gone)")
+            return
+        try:
+            with RunLock(run_dir, ".lock"):
+                kept_for_it = os.path.exists(os.path.join(run_dir, "train_loss", "KEPT"))
+                if measure_train_loss(name, seed, run_dir, last, {}) and kept_for_it and not keep_checkpoints:
+                    shutil.rmtree(ckpt_dir, ignore_errors=True)  # kept only for this measurement
+        except RunInUse:
+            no_train_loss.append(f"{name} seed {seed} (in use by another comparison)")
 
     results = {name: {} for name in configs}
     todo, scored_otherwise, continued, shorter_gone, no_train_loss = [], [], [], [], []
@@ -1204,6 +1222,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             if final is None and seed in (imported or {}).get(name, {}):
                 results[name][seed] = _imported_run(*imported[name][seed], name, seed, settings,
                                                     curve_updates + [updates], bool(valid_ref))
+                if train_loss and updates not in results[name][seed].get("train_loss", {}):
+                    no_train_loss.append(f"{name} seed {seed} (imported from {imported[name][seed][1]} without one)")
                 _write_json(marker, {"source": imported[name][seed][1], "settings": settings})
                 log(f"[quality] {name} seed {seed}: imported from {imported[name][seed][1]} "
                     f"(BLEU {results[name][seed]['bleu']})")
@@ -1385,9 +1405,10 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 log(f"[quality] {name} seed {seed}: {subset} BLEU {res['bleu']} at {u} updates")
             if side and not keep_checkpoints:
                 shutil.rmtree(side, ignore_errors=True)
+        measured = True
         if train_loss and updates not in train_points_of(name, seed, run_dir):
-            measure_train_loss(name, seed, run_dir, last, pin)
-        if not keep_checkpoints:  # checkpoints are large and not needed once scored
+            measured = measure_train_loss(name, seed, run_dir, last, pin)
+        if not keep_checkpoints and measured:  # checkpoints are large and not needed once scored
             shutil.rmtree(ckpt_dir, ignore_errors=True)
         return name, seed, _with_curves(final, points, run_dir, updates, valid_points,
                                         train_points_of(name, seed, run_dir))
@@ -1486,9 +1507,9 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             "or generation options and their checkpoints are gone (scored without --keep-checkpoints): trained "
             f"again to be scored: {', '.join(scored_otherwise)}")
     if no_train_loss:
-        log(f"[quality] no train-set loss (--train-loss) for {len(no_train_loss)} finished run(s) whose final "
-            "checkpoint is gone (not trained again for it; --keep-checkpoints keeps checkpoints): "
-            f"{', '.join(no_train_loss)}")
+        log(f"[quality] no train-set loss (--train-loss) for {len(no_train_loss)} finished run(s) (not trained "
+            f"again for it; --keep-checkpoints keeps checkpoints): {', '.join(no_train_loss)}")
+    said_before = len(no_train_loss)
     if continued:
         log(f"[quality] {len(continued)} run(s) continue their kept training of fewer updates to {updates} "
             f"(every score of it is kept, its final one as a curve point): {', '.join(continued)}")
@@ -1519,10 +1540,86 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             for future in futures:  # runs not started yet are dropped, running ones finish
                 future.cancel()
             raise
+    failed = no_train_loss[said_before:]
+    if failed:
+        log(f"[quality] no train-set loss (--train-loss) for {len(failed)} run(s) trained or scored now: "
+            f"{', '.join(failed)}")
     return results
 
 
-LOSSES = ("valid_loss", "train_loss", "fit_gap")  # lower is better
+LOSSES = ("valid_loss", "train_loss", "train_nll")  # lower is better
+GAPS = ("fit_gap", "fit_gap_nll")  # valid - train: neither direction is "better" (a small gap can be underfitting)
+
+
+def _neutral(diff, neutral):
+    """A gap's seed counts as "higher" / "lower", not better / worse."""
+    if neutral:
+        diff = dict(diff)
+        diff["higher"], diff["lower"] = diff.pop("better"), diff.pop("worse")
+    return diff
+
+
+def fit_markdown(results, baselines, seeds, updates):
+    """The --train-loss section: per config the train-set and valid loss of its final
+    checkpoints (one pass, eval mode), valid - train, the NLLs; per system the seed-paired
+    differences over the seeds both it and its baseline have (named), with their 95% t CI and
+    the seeds higher / lower. [] when no run has one."""
+    from fairseq_ctx.analysis.seed_statistics import seed_difference
+
+    columns = (("train-set loss", "train_loss", "loss"), ("valid loss", "fit_gap", "valid_loss"),
+               ("valid - train", "fit_gap", "loss"), ("train-set NLL", "train_loss", "nll_loss"),
+               ("valid NLL", "fit_gap", "valid_nll_loss"), ("valid - train NLL", "fit_gap", "nll_loss"))
+
+    def value(run, key, field):
+        return ((run.get(key) or {}).get(updates) or {}).get(field)
+
+    measured = {name: [s for s in seeds if s in runs and value(runs[s], "train_loss", "loss") is not None]
+                for name, runs in results.items()}
+    if not any(measured.values()):
+        return []
+    lines = ["", "## Fit and generalisation (--train-loss)", "",
+             f"Each run's final checkpoint ({updates} updates) measured on the whole training subset and on "
+             "valid in one pass (`fairseq_ctx.analysis.subset_loss`: eval mode, no dropout, fp32, the training's "
+             "criterion; loss: label-smoothed, NLL: without smoothing, both per target token, base 2; pairs "
+             "longer than the model's positions skipped as fairseq-train skips them, every other sentence "
+             "counted). Mean over the seeds measured (min-max). Δ rows: seed-paired mean difference system - "
+             "baseline over the seeds both have [95% t CI] (seeds higher / lower). Behind on valid and on the "
+             "training data: the system fits its training data worse (optimisation, capacity); level or ahead "
+             "on the training data and behind on valid: it generalises worse. valid - train is the valid "
+             "difference minus the train one on the same seeds, not a third measurement.", "",
+             "| config | baseline | seeds | " + " | ".join(c[0] for c in columns) + " |",
+             "|---|---|---|" + "---|" * len(columns)]
+
+    def cell(name, key, field):
+        xs = [value(results[name][s], key, field) for s in measured[name]]
+        xs = [x for x in xs if x is not None]
+        if not xs:
+            return "-"
+        return f"{statistics.fmean(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})" if len(xs) > 1 else f"{xs[0]:.3f}"
+
+    for name in sorted(results):
+        if not measured[name]:
+            continue
+        lines.append(f"| {name} | {baselines.get(name) or '(baseline)'} | {', '.join(map(str, measured[name]))} | "
+                     + " | ".join(cell(name, key, field) for _, key, field in columns) + " |")
+        base = baselines.get(name)
+        common = [s for s in measured[name] if s in measured.get(base, [])] if base else []
+        if not common:
+            continue
+        cells = []
+        for _, key, field in columns:
+            sys_v = {s: value(results[name][s], key, field) for s in common}
+            base_v = {s: value(results[base][s], key, field) for s in common}
+            both = [s for s in common if sys_v[s] is not None and base_v[s] is not None]
+            if not both:
+                cells.append("-")
+                continue
+            d = seed_difference({s: sys_v[s] for s in both}, {s: base_v[s] for s in both}, higher_is_better=False)
+            up = sum(1 for x in d["diffs"] if x is not None and x > 0)
+            down = sum(1 for x in d["diffs"] if x is not None and x < 0)
+            cells.append(f"{_ci(d, 3)} ({up} / {down})")
+        lines.append(f"| Δ {name} | {base} | {', '.join(map(str, common))} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def learning_curves(results, baselines, seeds):
@@ -1533,8 +1630,13 @@ def learning_curves(results, baselines, seeds):
     # metric: (the run record's key, the value's field); the optional ones (valid BLEU, the
     # train-set loss and valid - train) only where measured, over the seeds that have them
     metrics = {"bleu": ("curve", "bleu"), "valid_loss": ("valid", "loss"), "valid_bleu": ("valid_bleu", "bleu"),
-               "train_loss": ("train_loss", "loss"), "fit_gap": ("fit_gap", "loss")}
-    optional = ("valid_bleu", "train_loss", "fit_gap")
+               "train_loss": ("train_loss", "loss"), "train_nll": ("train_loss", "nll_loss"),
+               "fit_gap": ("fit_gap", "loss"), "fit_gap_nll": ("fit_gap", "nll_loss")}
+    optional = ("valid_bleu", "train_loss", "train_nll", "fit_gap", "fit_gap_nll")
+
+    def points(run, key, field):
+        return {u: p[field] for u, p in run.get(key, {}).items() if field in p}
+
     curves = {}
     for name, runs in results.items():
         have = [s for s in seeds if s in runs]
@@ -1542,10 +1644,9 @@ def learning_curves(results, baselines, seeds):
             continue
         curves[name] = {}
         for metric, (key, field) in metrics.items():
-            measured = [s for s in have if runs[s].get(key)] if metric in optional else have
+            measured = [s for s in have if points(runs[s], key, field)] if metric in optional else have
             if measured:
-                curves[name][metric] = curve_summary({s: {u: p[field] for u, p in runs[s].get(key, {}).items()}
-                                                      for s in measured})
+                curves[name][metric] = curve_summary({s: points(runs[s], key, field) for s in measured})
     comparisons = {}
     for name, base in baselines.items():
         if not base or name not in curves or base not in curves:
@@ -1556,11 +1657,11 @@ def learning_curves(results, baselines, seeds):
                 continue
             ups = sorted(set(curves[name][metric]["updates"]) & set(curves[base][metric]["updates"]))
             comparisons[name][metric] = {
-                u: seed_difference({s: r[key][u][field] for s, r in results[name].items()
-                                    if s in seeds and u in r.get(key, {})},
-                                   {s: r[key][u][field] for s, r in results[base].items()
-                                    if s in seeds and u in r.get(key, {})},
-                                   higher_is_better=metric not in LOSSES)
+                u: _neutral(seed_difference({s: points(r, key, field)[u] for s, r in results[name].items()
+                                             if s in seeds and u in points(r, key, field)},
+                                            {s: points(r, key, field)[u] for s, r in results[base].items()
+                                             if s in seeds and u in points(r, key, field)},
+                                            higher_is_better=metric not in LOSSES), metric in GAPS)
                 for u in ups}
     return curves, comparisons
 
@@ -1629,9 +1730,9 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
                    help="also translate and score every scored checkpoint on the valid subset "
                         "(DATA_DIR/raw/valid.TGT): choose among configs on valid BLEU, report test")
     p.add_argument("--train-loss", action="store_true",
-                   help="also measure each run's loss on the training subset at its final checkpoint "
-                        "(fairseq-validate, eval mode, the training's criterion; one pass over the training "
-                        "data per run) and report it with valid - train loss: does a system that is behind "
+                   help="also measure each run's final checkpoint on the training subset and on valid "
+                        "(eval mode, the training's criterion, every sentence; one pass over the training "
+                        "data per run) and report both with valid - train: does a system that is behind "
                         "fit its training data worse, or generalise worse")
     p.add_argument("--curve-png", default=None, help="learning-curve plot (default OUT_DIR/curves.png)")
     p.add_argument("--keep-checkpoints", action="store_true",
@@ -1886,7 +1987,6 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
     has_valid_bleu = any((c.get("valid_bleu") or {}).get("updates") for c in curves.values())
     has_curve = any(len(c["bleu"]["updates"]) > 1 or c["valid_loss"]["updates"] for c in curves.values()) \
         or has_valid_bleu
-    has_train_loss = any(c.get("train_loss") for c in curves.values())
     png = None
     if has_curve:
         from fairseq_ctx.analysis.learning_curves import plot_learning_curves
@@ -1900,8 +2000,11 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
                              title=f"mean over seeds {', '.join(map(str, a.seeds))}, band: min-max")
     md_path = a.markdown or os.path.join(a.out_dir, "quality.md")
     png_in_md = os.path.relpath(png, os.path.dirname(os.path.abspath(md_path))) if png else None
-    md = markdown(summary, comparisons, baselines, meta, curves if has_curve or has_train_loss else None,
+    md = markdown(summary, comparisons, baselines, meta, curves if has_curve else None,
                   curve_comparisons, png_in_md)
+    fit = fit_markdown(results, baselines, a.seeds, a.updates)
+    if fit:
+        md = md.rstrip("\n") + "\n" + "\n".join(fit) + "\n"
     print(md)
     out = {"meta": meta, "configs": {n: " ".join(v) for n, v in configs.items()},
            "baselines": baselines, "summary": summary, "comparisons": comparisons,

@@ -12,6 +12,7 @@
 * one real tiny run (fairseq-train + fairseq-generate on the tiny Tatoeba slice) whose
   curve point falls on an epoch's end.
 """
+import argparse
 import contextlib
 import itertools
 import json
@@ -2055,130 +2056,232 @@ def test_a_continuation_that_fairseq_did_not_resume_fails_and_is_trained_from_th
 # --train-loss: the train-set loss beside the valid loss
 # ---------------------------------------------------------------------------------------
 
-def _fake_train_set_loss(calls):
-    """A train_set_loss stand-in: the loss of a run's final checkpoint from its config and seed."""
+def _fake_train_set_loss(calls, fail=()):
+    """A train_set_loss stand-in: the losses of a run's final checkpoint from its config and
+    seed, in fairseq_ctx.analysis.subset_loss's format; ``fail``: (config, seed) pairs whose
+    measurement fails."""
     def measure(data_bin, ckpt, log_path, threads=0, extra_env=None, langs=None):
         parts = ckpt.split(os.sep)
         i = parts.index("runs")
         name, seed = parts[i + 1], int(parts[i + 2][len("seed"):])
         assert os.path.basename(ckpt) == "checkpoint_last.pt" and os.path.exists(ckpt)
-        calls.append((name, seed))
-        return {"loss": _fake_train_loss(name, seed), "nll_loss": 1.5, "ppl": 2.8}
+        calls.append((name, seed, (extra_env or {}).get("CUDA_VISIBLE_DEVICES")))
+        if (name, seed) in fail:
+            raise RuntimeError("train-set loss failed (rc 1), log x.log:\nCUDA out of memory")
+        train, valid = _fake_fit(name, seed)
+        return {"checkpoint_updates": UPDATES, "device": "cpu", "dtype": "float32",
+                "subsets": {"train": {"loss": train, "nll_loss": train - 1, "sentences": 400, "tokens": 4000,
+                                      "skipped": 2, "dataset_sentences": 402},
+                            "valid": {"loss": valid, "nll_loss": valid - 1.5, "sentences": 60, "tokens": 600,
+                                      "skipped": 0, "dataset_sentences": 60}}}
     return measure
 
 
-def _fake_train_loss(name, seed):
-    # 01-good fits its training data better by 0.3 - 0.02 * seed (its valid loss is 0.4 lower)
-    return 6.0 + 0.03 * seed - (0.3 - 0.02 * seed if name == "01-good" else 0.0)
+def _fake_fit(name, seed):
+    """(train, valid) loss: 01-good fits its training data better by 0.3 - 0.02 * seed and is
+    0.1 better on valid."""
+    good = name == "01-good"
+    return 6.0 + 0.03 * seed - (0.3 - 0.02 * seed if good else 0.0), 7.0 + 0.05 * seed - (0.1 if good else 0.0)
+
+
+def _fit_main(qc, study, calls, *extra, fail=()):
+    return qc.main(study.argv + list(extra), train_fn=study.fakes.train, eval_fn=study.fakes.evaluate,
+                   train_loss_fn=_fake_train_set_loss(calls, fail))
 
 
 def test_train_loss_is_reported_beside_the_valid_loss_with_seed_level_differences(qc, study):
-    """--train-loss: every run's final checkpoint measured once on the training subset; the
-    report has the train-set loss, valid - train at the last update, and their seed-paired
-    differences against the baseline (written here from the fakes' numbers)."""
-    fk, calls = study.fakes, []
-
-    def main(*extra):
-        return qc.main(study.argv + ["--curve-updates", "20,40", *extra], train_fn=fk.train, eval_fn=fk.evaluate,
-                       train_loss_fn=_fake_train_set_loss(calls))
-
-    q = main("--train-loss")
-    assert sorted(calls) == [(n, s) for n in ("00-transformer", "01-good") for s in (1, 2, 3)]
-    for name, arch in (("00-transformer", "transformer"), ("01-good", "transformer_x")):
+    """--train-loss: every run's final checkpoint measured once (train and valid in one pass);
+    the report has both losses, the NLLs, valid - train and their seed-paired differences
+    against the baseline (written here from the fakes' numbers); a gap has no better / worse."""
+    calls = []
+    q = _fit_main(qc, study, calls, "--train-loss")
+    assert sorted(c[:2] for c in calls) == [(n, s) for n in ("00-transformer", "01-good") for s in (1, 2, 3)]
+    for name in ("00-transformer", "01-good"):
         for seed in (1, 2, 3):
-            run = q["runs"][name][str(seed)]
-            assert run["train_loss"] == {UPDATES: {"loss": _fake_train_loss(name, seed), "nll_loss": 1.5,
-                                                   "ppl": 2.8}}
-            gap = run["fit_gap"][UPDATES]["loss"]
-            assert gap == pytest.approx(round(_loss(arch, seed, UPDATES), 3) - _fake_train_loss(name, seed))
+            run, (train, valid) = q["runs"][name][str(seed)], _fake_fit(name, seed)
+            assert run["train_loss"] == {UPDATES: {"loss": train, "nll_loss": pytest.approx(train - 1),
+                                                   "sentences": 400, "skipped": 2, "checkpoint_updates": UPDATES}}
+            assert run["fit_gap"][UPDATES] == {"loss": pytest.approx(valid - train), "valid_loss": pytest.approx(valid),
+                                               "nll_loss": pytest.approx(valid - 1.5 - (train - 1)),
+                                               "valid_nll_loss": pytest.approx(valid - 1.5)}
     diff = q["curve_comparisons"]["01-good"]["train_loss"][UPDATES]
-    want = [_fake_train_loss("01-good", s) - _fake_train_loss("00-transformer", s) for s in (1, 2, 3)]
-    assert diff["mean_diff"] == pytest.approx(sum(want) / 3) and diff["n"] == 3
-    assert diff["better"] == 3  # lower is better for a loss
+    want = [_fake_fit("01-good", s)[0] - _fake_fit("00-transformer", s)[0] for s in (1, 2, 3)]
+    assert diff["mean_diff"] == pytest.approx(sum(want) / 3) and diff["n"] == 3 and diff["better"] == 3
     gap = q["curve_comparisons"]["01-good"]["fit_gap"][UPDATES]
-    # valid loss 0.4 lower, train-set loss 0.3 - 0.02 s lower: the gap 0.1 + 0.02 s lower
-    assert gap["mean_diff"] == pytest.approx(-(0.1 + 0.04), abs=2e-3)
+    # valid 0.1 lower, train 0.3 - 0.02 s lower: the gap 0.2 - 0.02 s higher, counted as higher, not worse
+    assert gap["mean_diff"] == pytest.approx(0.2 - 0.04) and gap["higher"] == 3 and "worse" not in gap
     md = (study.out / "quality.md").read_text()
-    assert "### Train-set loss (eval mode)" in md and "### Valid - train-set loss" in md
-    assert "| 01-good (3 seeds) | 00-transformer |" in md and "| Δ 01-good | 00-transformer |" in md
-    assert q["meta"]["train_loss"] is True
+    section = md[md.index("## Fit and generalisation (--train-loss)"):]
+    assert "| 00-transformer | (baseline) | 1, 2, 3 | 6.060 (6.030-6.090) |" in section
+    delta = [line for line in section.splitlines() if line.startswith("| Δ 01-good | 00-transformer | 1, 2, 3 |")]
+    assert len(delta) == 1 and "-0.260 [" in delta[0] and "(0 / 3)" in delta[0] and "+0.160 [" in delta[0]
+    assert q["meta"]["train_loss"] is True and "## Learning curves" not in md
     # measured once: a rerun neither trains nor measures again
-    n_train = len(fk.train_calls)
-    main("--train-loss")
-    assert len(calls) == 6 and len(fk.train_calls) == n_train
+    n_train = len(study.fakes.train_calls)
+    _fit_main(qc, study, calls, "--train-loss")
+    assert len(calls) == 6 and len(study.fakes.train_calls) == n_train
 
 
 def test_train_loss_of_finished_runs_from_kept_checkpoints_only_never_by_training_again(qc, study, capsys):
     """--train-loss asked of runs finished without it: measured on their kept final checkpoint
-    (--keep-checkpoints); where the checkpoints are gone the run is not trained again for a
-    diagnostic: the log names it and the report has no train-set loss for it."""
-    fk, calls = study.fakes, []
-
-    def main(*extra):
-        return qc.main(study.argv + ["--seeds", "1", "2", *extra], train_fn=fk.train, eval_fn=fk.evaluate,
-                       train_loss_fn=_fake_train_set_loss(calls))
-
-    main("--configs", "00-*", "--keep-checkpoints")
-    main("--configs", "01-*")
-    n_train = len(fk.train_calls)
+    (--keep-checkpoints) if it is this training's; where the checkpoints are gone, or are another
+    training's, the run is not trained again for a diagnostic: the log names it and the report
+    has no train-set loss for it (and no Δ row)."""
+    calls = []
+    _fit_main(qc, study, calls, "--seeds", "1", "2", "--configs", "00-*", "--keep-checkpoints")
+    _fit_main(qc, study, calls, "--seeds", "1", "2", "--configs", "01-*")
+    other = study.out / "runs" / "00-transformer" / "seed2" / "checkpoints" / "trained.json"
+    other.write_text(json.dumps({**json.loads(other.read_text()), "settings": "updates=60 common=other"}))
+    n_train = len(study.fakes.train_calls)
     capsys.readouterr()
-    q = main("--train-loss")
-    assert len(fk.train_calls) == n_train
-    assert sorted(calls) == [("00-transformer", 1), ("00-transformer", 2)]
-    assert "no train-set loss (--train-loss) for 2 finished run(s) whose final checkpoint is gone" in \
-        capsys.readouterr().err
+    q = _fit_main(qc, study, calls, "--seeds", "1", "2", "--train-loss")
+    assert len(study.fakes.train_calls) == n_train
+    assert [c[:2] for c in calls] == [("00-transformer", 1)]
+    err = capsys.readouterr().err
+    assert "no train-set loss (--train-loss) for 3 finished run(s)" in err
+    assert "00-transformer seed 2 (its final checkpoint is gone)" in err and "01-good seed 1 (its final" in err
     assert "train_loss" in q["runs"]["00-transformer"]["1"] and "train_loss" not in q["runs"]["01-good"]["1"]
-    assert "train_loss" in q["curves"]["00-transformer"] and "train_loss" not in q["curves"]["01-good"]
     assert "train_loss" not in q["curve_comparisons"].get("01-good", {})
+    md = (study.out / "quality.md").read_text()
+    assert "| 00-transformer | (baseline) | 1 |" in md and "| Δ 01-good |" not in md
+    # kept by the user: still there after the measurement
+    assert (study.out / "runs" / "00-transformer" / "seed1" / "checkpoints" / "checkpoint_last.pt").exists()
 
 
-def test_real_tiny_train_set_loss_is_the_eval_mode_loss_of_every_training_sentence(qc, tiny_corpus, tmp_path,
-                                                                                   monkeypatch):
-    """fairseq itself: the train-set loss quality_compare reports equals the label-smoothed
-    loss, written here from its definition (Szegedy et al.: (1 - eps) NLL + eps times the mean
-    of -log p over the vocabulary, as fairseq spreads eps: eps / (V - 1) on every other word),
-    of the final model in eval mode over every sentence of the training subset, in base 2; and
-    valid - train uses the valid loss fairseq logged at the last update."""
+def test_a_failed_train_loss_loses_no_score_and_is_measured_on_the_rerun(qc, study, capsys):
+    """A measurement that fails (out of memory, say) stops nothing: the run's scores stand, the
+    others go on, the log names it, and its checkpoints are kept so that a rerun measures them
+    without training (and then deletes them: they were kept only for that)."""
+    calls = []
+    q = _fit_main(qc, study, calls, "--seeds", "1", "--train-loss", fail={("01-good", 1)})
+    err = capsys.readouterr().err
+    assert "01-good seed 1: train-set loss failed (train-set loss failed (rc 1), log x.log:)" in err
+    assert "no train-set loss (--train-loss) for 1 run(s) trained or scored now: 01-good seed 1 (failed:" in err
+    assert q["runs"]["01-good"]["1"]["bleu"] is not None and "train_loss" not in q["runs"]["01-good"]["1"]
+    ck = study.out / "runs" / "01-good" / "seed1" / "checkpoints"
+    assert (ck / "checkpoint_last.pt").exists()
+    assert not (study.out / "runs" / "00-transformer" / "seed1" / "checkpoints").exists()
+    n_train = len(study.fakes.train_calls)
+    q = _fit_main(qc, study, calls, "--seeds", "1", "--train-loss")
+    assert len(study.fakes.train_calls) == n_train and [c[:2] for c in calls[-1:]] == [("01-good", 1)]
+    assert "train_loss" in q["runs"]["01-good"]["1"] and not ck.exists()
+
+
+def test_a_run_trained_again_is_measured_again_and_a_continued_one_keeps_its_shorter_point(qc, study, monkeypatch):
+    """Train-set losses belong to one training: a run trained again (new curve points without
+    kept checkpoints) drops its old measurement and is measured again; a kept training continued
+    to more updates keeps the measurement of its shorter part, at that update count."""
+    calls = []
+    _fit_main(qc, study, calls, "--seeds", "1", "--configs", "00-*", "--train-loss")
+    _fit_main(qc, study, calls, "--seeds", "1", "--configs", "00-*", "--train-loss", "--curve-updates", "20")
+    assert [c[:2] for c in calls] == [("00-transformer", 1)] * 2
+    monkeypatch.setattr(qc, "stored_updates", _fake_checkpoint_updates)
+    out2 = study.out.parent / "out2"
+    argv = [a if a != str(study.out) else str(out2) for a in study.argv]
+    qc.main(argv + ["--seeds", "1", "--configs", "00-*", "--updates", "40", "--keep-checkpoints", "--train-loss"],
+            train_fn=study.fakes.train, eval_fn=study.fakes.evaluate, train_loss_fn=_fake_train_set_loss(calls))
+    study.fakes.allow_resume = True
+    q = qc.main(argv + ["--seeds", "1", "--configs", "00-*", "--keep-checkpoints", "--train-loss"],
+                train_fn=study.fakes.train, eval_fn=study.fakes.evaluate, train_loss_fn=_fake_train_set_loss(calls))
+    assert sorted(q["runs"]["00-transformer"]["1"]["train_loss"]) == [40, UPDATES]
+
+
+def test_imported_runs_keep_their_train_loss_and_those_without_are_named(qc, study, capsys):
+    """A report's train-set losses come along with its imported runs (keys as update counts);
+    imported runs without one are named, not silently left out."""
+    calls = []
+    _fit_main(qc, study, calls, "--seeds", "1", "--train-loss", "--json", str(study.out / "with.json"))
+    _fit_main(qc, study, calls, "--seeds", "2", "--json", str(study.out / "without.json"))
+    fresh = study.out.parent / "fresh"
+    argv = [a if a != str(study.out) else str(fresh) for a in study.argv]
+    capsys.readouterr()
+    q = qc.main(argv + ["--seeds", "1", "2", "--train-loss", "--import-runs", str(study.out / "with.json"),
+                        "--import-runs", str(study.out / "without.json")],
+                train_fn=study.fakes.train, eval_fn=study.fakes.evaluate, train_loss_fn=_fake_train_set_loss(calls))
+    assert q["runs"]["01-good"]["1"]["train_loss"][UPDATES]["loss"] == _fake_fit("01-good", 1)[0]
+    assert q["curve_comparisons"]["01-good"]["train_loss"][UPDATES]["n"] == 1
+    assert f"01-good seed 2 (imported from {study.out / 'without.json'} without one)" in capsys.readouterr().err
+
+
+def test_each_train_loss_runs_on_its_run_s_gpu(qc, study, monkeypatch):
+    """On a node with several GPUs the measurement sees the GPU its run trained on, one each."""
+    monkeypatch.setattr(qc, "_GPU_PROBE", {"result": ("NVIDIA H100 80GB HBM3", 2, ["NVIDIA H100 80GB HBM3"] * 2)})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    calls = []
+    _fit_main(qc, study, calls, "--seeds", "1", "2", "--jobs", "2", "--train-loss")
+    trained_on = {(n, s): d for what, n, s, d in study.fakes.devices if what == "train"}
+    assert len(calls) == 4 and all(d in ("0", "1") and trained_on[(n, s)] == d for n, s, d in calls)
+
+
+def test_real_tiny_train_set_loss_is_the_eval_mode_loss_of_every_training_sentence(qc, tiny_corpus, tmp_path):
+    """fairseq itself: the train-set and valid losses quality_compare reports equal the
+    label-smoothed loss, written here from its definition (Szegedy et al.: (1 - eps) NLL + eps
+    times the mean of -log p over the vocabulary, as fairseq spreads eps: eps / (V - 1) on every
+    other word), of the final model in eval mode over every sentence of the subset, in base 2;
+    valid - train is their difference. A model with fewer positions than some pairs need leaves
+    those pairs out, as fairseq-train does, and counts them."""
     import torch
     from fairseq import checkpoint_utils
 
     cfg = _tiny_config_dir(tmp_path / "configs", "--max-tokens 400 --dropout 0.3")
     out = tmp_path / "out"
     q = qc.main(["--data-dir", str(tiny_corpus), "--config-dir", str(cfg), "--seeds", "1", "--updates", "12",
-                 "--curve-updates", "6", "--out-dir", str(out), "--threads", "1", "--keep-checkpoints",
-                 "--train-loss", "--", "--max-len-b", "5"])
+                 "--out-dir", str(out), "--threads", "1", "--keep-checkpoints", "--train-loss",
+                 "--", "--max-len-b", "5"])
     run = q["runs"]["00-transformer"]["1"]
-    reported = run["train_loss"][12]
     ckpt = out / "runs" / "00-transformer" / "seed1" / "checkpoints" / "checkpoint_last.pt"
     models, saved, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(ckpt)], arg_overrides={"data": str(tiny_corpus / "bin")})
     model = models[0].eval()
-    task.load_dataset("train")
-    data = task.dataset("train")
     eps, pad = saved.criterion.label_smoothing, task.target_dictionary.pad()
-    loss_sum, nll_sum, tokens = 0.0, 0.0, 0
-    with torch.no_grad():
-        for start in range(0, len(data), 16):
-            batch = data.collater([data[i] for i in range(start, min(start + 16, len(data)))])
-            logits = model(**batch["net_input"])[0].double()
-            lprobs = torch.log_softmax(logits, dim=-1)
-            target = batch["target"]
-            keep = target.ne(pad)
-            nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-            smooth = -lprobs.sum(-1)
-            vocab = lprobs.size(-1)
-            each = (1 - eps - eps / (vocab - 1)) * nll + eps / (vocab - 1) * smooth
-            loss_sum += each[keep].sum().item()
-            nll_sum += nll[keep].sum().item()
-            tokens += int(keep.sum())
-    assert tokens == sum(len(data.tgt[i]) for i in range(len(data)))  # every training sentence
+
+    def reference(subset, limit=None):
+        """(loss, nll, sentences in it, sentences left out) from the definition."""
+        task.load_dataset(subset)
+        data = task.dataset(subset)
+        # fairseq's source / target lengths count the end-of-sentence token
+        keep = [i for i in range(len(data)) if limit is None or (len(data.src[i]) <= limit and len(data.tgt[i]) <= limit)]
+        loss_sum, nll_sum, tokens = 0.0, 0.0, 0
+        with torch.no_grad():
+            for start in range(0, len(keep), 16):
+                batch = data.collater([data[i] for i in keep[start:start + 16]])
+                lprobs = torch.log_softmax(model(**batch["net_input"])[0].double(), dim=-1)
+                target = batch["target"]
+                mask = target.ne(pad)
+                nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+                vocab = lprobs.size(-1)
+                each = (1 - eps - eps / (vocab - 1)) * nll + eps / (vocab - 1) * -lprobs.sum(-1)
+                loss_sum += each[mask].sum().item()
+                nll_sum += nll[mask].sum().item()
+                tokens += int(mask.sum())
+        return loss_sum / tokens / math.log(2), nll_sum / tokens / math.log(2), len(keep), len(data) - len(keep)
+
+    train_ref, valid_ref = reference("train"), reference("valid")
+    train = run["train_loss"][12]
+    assert (train["sentences"], train["skipped"]) == (train_ref[2], 0) and train_ref[2] == len(task.dataset("train"))
+    assert train["loss"] == pytest.approx(train_ref[0], abs=1e-4)
+    assert train["nll_loss"] == pytest.approx(train_ref[1], abs=1e-4)
+    gap = run["fit_gap"][12]
+    assert gap["valid_loss"] == pytest.approx(valid_ref[0], abs=1e-4)
+    assert gap["loss"] == pytest.approx(valid_ref[0] - train_ref[0], abs=2e-4)
+    assert gap["nll_loss"] == pytest.approx(valid_ref[1] - train_ref[1], abs=2e-4)
     record = json.loads((out / "runs" / "00-transformer" / "seed1" / "train_loss" / "upd12.json").read_text())
-    assert record["sentences"] == len(data) and record["loss"] == reported["loss"]
-    # a loss over fewer sentences than the subset holds is refused, not reported
-    monkeypatch.setattr(qc, "binarised_sentences", lambda *args: (len(data) + 1, "train.idx"))
-    with pytest.raises(RuntimeError, match=f"train-set loss over {len(data)} sentences, the training subset has "
-                                           f"{len(data) + 1}"):
-        qc.train_set_loss(str(tiny_corpus / "bin"), str(ckpt), str(tmp_path / "again.log"), threads=1)
-    assert reported["loss"] == pytest.approx(loss_sum / tokens / math.log(2), abs=2e-3)
-    assert reported["nll_loss"] == pytest.approx(nll_sum / tokens / math.log(2), abs=2e-3)
-    assert run["fit_gap"][12]["loss"] == pytest.approx(run["valid"][12]["loss"] - reported["loss"])
+    assert record["checkpoint_updates"] == 12 and record["dtype"] == "float32" and record["device"] == "cpu"
+
+    # the same weights in a model of 12 positions: the longer pairs are left out and counted
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    for section in ("model", "task"):
+        for key in ("max_source_positions", "max_target_positions"):
+            part = state["cfg"][section]
+            if isinstance(part, argparse.Namespace):  # fairseq keeps a legacy model's config as a Namespace
+                setattr(part, key, 12)
+            else:
+                part[key] = 12
+    short = tmp_path / "short.pt"
+    torch.save(state, short)
+    found = qc.train_set_loss(str(tiny_corpus / "bin"), str(short), str(tmp_path / "short.log"), threads=1,
+                              langs=("zh", "en"))["subsets"]["train"]
+    limited = reference("train", 12)
+    assert limited[2] > 0 and limited[3] > 0  # some pairs in, some out
+    assert (found["sentences"], found["skipped"]) == limited[2:]
+    assert found["loss"] == pytest.approx(limited[0], abs=1e-4) and found["nll_loss"] == pytest.approx(limited[1], abs=1e-4)

@@ -5,9 +5,9 @@
 #                manylinux x86_64), at this project's pinned versions
 #   .gpu/sdist/  fairseq-fixed's sdist (only its translation-path extensions are built there,
 #                by scripts/gpu/build_fairseq_ext.py, against the image's own torch)
-# The image has torch, numpy, scipy, matplotlib, cython, regex, lxml, pyyaml, tqdm, portalocker,
-# click, joblib (the device tool's KINDS.md lists it); a full offline install of the project
-# instead: scripts/make-wheelhouse.sh. Knobs: PYTHON_VERSION (3.12), KIT (.gpu), PY (.venv/bin/python:
+# The lent machines' image (2026-11) has torch, numpy, scipy, matplotlib, cython, regex, lxml,
+# pyyaml, tqdm, portalocker, click and joblib; the kit holds the rest of what the study and the
+# benchmark import. A full offline install of the project instead: scripts/make-wheelhouse.sh. Knobs: PYTHON_VERSION (3.12), KIT (.gpu), PY (.venv/bin/python:
 # a Python with torch, for the sdist's metadata).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,6 +19,8 @@ pin() {  # NAME -> NAME==VERSION of the constraints (the CPU venv's versions)
     line=$(grep -i -E "^$1==" "$constraints") || { echo "make-lease-kit: $1 is not pinned in $constraints" >&2; exit 2; }
     echo "$line"
 }
+# one version of each: run.sh installs .gpu/whl/*.whl, and two versions of a package stop pip
+rm -rf "$KIT/whl" "$KIT/sdist"
 mkdir -p "$KIT/whl" "$KIT/sdist"
 binary=(hydra-core omegaconf bitarray sacrebleu sacremoses subword-nmt mock)
 specs=()

@@ -9,8 +9,9 @@
 # an argument), NO_BENCH (set to any value, 0 included: no benchmark). The 3,000-update run of
 # docs/results/gpu-ca-study-3000/: UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1.
 # The kit it installs from (.gpu/, untracked, carried to the machine with work/demo/data):
-# scripts/gpu/make-lease-kit.sh (runs before 2026-11-27 used a hand-made .gpu/ with the
-# extension builder inside it; the builder is scripts/gpu/build_fairseq_ext.py since).
+# scripts/gpu/make-lease-kit.sh (runs before 2026-11-27 used a hand-made .gpu/ holding a copy
+# of the extension builder, which was committed beside this script; it is
+# scripts/gpu/build_fairseq_ext.py since).
 set -u
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-560}
