@@ -43,7 +43,7 @@ choice is not fitted to the test set.
 Fit or generalisation (``--train-loss``): each run's final checkpoint is also measured on
 the training subset and on valid in one pass (``train_set_loss`` ->
 ``fairseq_ctx.analysis.subset_loss``: eval mode, fp32, the training's criterion, every sentence
-counted, over-long pairs skipped and counted as fairseq-train skips them), reported with valid
+counted, the pairs fairseq-train left out left out the same way and counted), reported with valid
 - train, the NLLs and seed-paired differences ("Fit and generalisation"). A system behind on
 valid and on the training data fits its training data worse; one level or ahead on the
 training data generalises worse. Finished runs are measured from their kept checkpoints
@@ -280,8 +280,8 @@ def evaluate(data_bin, ckpt, ref, beam, out_dir, src="zh", tgt="en", gen_args=()
 def train_set_loss(data_bin, ckpt, log_path, threads=0, extra_env=None, langs=None, max_tokens=8192):
     """The loss of ``ckpt`` on the training subset and on valid, in one pass of
     ``python -m fairseq_ctx.analysis.subset_loss`` (eval mode, the training's criterion, fp32,
-    one device; every sentence counted, pairs longer than the model's positions skipped and
-    counted as fairseq-train skips them): how well the model fits the sentences it was trained
+    one device; every sentence counted, the pairs fairseq-train left out left out the same way
+    and counted): how well the model fits the sentences it was trained
     on, beside how well it does on held-out ones. It tells an architecture that fits its
     training data worse (optimisation, capacity) from one that fits it as well and generalises
     worse. Returns that module's JSON ({"checkpoint_updates", "device", "dtype", "subsets":
@@ -960,6 +960,8 @@ def _train_loss_points(run_dir, key_at):
     the training key at n updates; a continued kept training keeps its shorter one's)."""
     out = {}
     for path in glob.glob(os.path.join(run_dir, "train_loss", "upd*.json")):
+        if not re.fullmatch(r"upd\d+\.json", os.path.basename(path)):  # (not the measurement's own output)
+            continue
         rec = _read_json(path)
         if (rec and isinstance(rec.get("updates"), int) and rec.get("settings") == key_at(rec["updates"])
                 and isinstance(rec.get("train"), dict) and isinstance(rec.get("valid"), dict)):
@@ -989,10 +991,12 @@ def _with_curves(rec, points, run_dir, updates, valid_points=None, train_points=
         points = {u: p for u, p in sorted(train_points.items()) if u <= updates}
         rec["train_loss"] = {u: {"loss": round(p["train"]["loss"], 6), "nll_loss": round(p["train"]["nll_loss"], 6),
                                  "sentences": p["train"]["sentences"], "skipped": p["train"]["skipped"],
-                                 "checkpoint_updates": p.get("checkpoint_updates")} for u, p in points.items()}
+                                 "checkpoint_updates": p.get("checkpoint_updates"),
+                                 "loss_per": p.get("loss_per", "token")} for u, p in points.items()}
         rec["fit_gap"] = {u: {"loss": round(p["valid"]["loss"] - p["train"]["loss"], 6),
                               "nll_loss": round(p["valid"]["nll_loss"] - p["train"]["nll_loss"], 6),
-                              "valid_loss": round(p["valid"]["loss"], 6), "valid_nll_loss": round(p["valid"]["nll_loss"], 6)}
+                              "valid_loss": round(p["valid"]["loss"], 6), "valid_nll_loss": round(p["valid"]["nll_loss"], 6),
+                              "valid_sentences": p["valid"]["sentences"], "valid_skipped": p["valid"]["skipped"]}
                           for u, p in points.items()}
     return rec
 
@@ -1138,11 +1142,12 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
     def train_points_of(name, seed, run_dir):
         return _train_loss_points(run_dir, lambda n: training_settings(name, seed, n))
 
-    def measure_train_loss(name, seed, run_dir, ckpt, pin):
+    def measure_train_loss(name, seed, run_dir, ckpt, pin, keep_for_a_rerun=False):
         """The train-set and valid loss of this run's final checkpoint ``ckpt``, in one pass
         (RUN/train_loss/updU.json); True when measured. A failed measurement is logged and the
-        run named in the report's log, not raised: its scores stand, and its checkpoints are
-        kept (RUN/train_loss/KEPT marks them) so that a rerun measures them."""
+        run named in the report's log, not raised: its scores stand; ``keep_for_a_rerun``
+        (checkpoints that would be deleted now) marks them kept for it (RUN/train_loss/KEPT), so
+        that a rerun measures them and deletes them then."""
         path = _train_loss_path(run_dir, updates)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         t0 = time.time()
@@ -1154,38 +1159,42 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             log(f"[quality] {name} seed {seed}: train-set loss failed ({first}); its checkpoints are kept so that "
                 "a rerun measures them")
-            _write_json(os.path.join(os.path.dirname(path), "KEPT"), {"error": str(error)[-3000:]})
+            if keep_for_a_rerun:
+                _write_json(os.path.join(os.path.dirname(path), "KEPT"), {"error": str(error)[-3000:]})
             no_train_loss.append(f"{name} seed {seed} (failed: {first})")
             return False
         _write_json(path, {"settings": training_settings(name, seed), "updates": updates,
                            "checkpoint": os.path.basename(ckpt), "checkpoint_updates": found.get("checkpoint_updates"),
                            "device": found.get("device"), "dtype": found.get("dtype"),
+                           "loss_per": found.get("loss_per", "token"),
                            "train": train_side, "valid": valid_side, "seconds": round(time.time() - t0, 1)})
-        kept_mark = os.path.join(os.path.dirname(path), "KEPT")
-        if os.path.exists(kept_mark):
-            os.remove(kept_mark)
         log(f"[quality] {name} seed {seed}: train-set loss {train_side['loss']:.3f}, valid {valid_side['loss']:.3f} "
-            f"at {updates} updates ({train_side['sentences']} training sentences, {train_side['skipped']} longer "
-            "than the model's positions skipped)")
+            f"at {updates} updates ({train_side['sentences']} training sentences and {valid_side['sentences']} valid "
+            f"ones; {train_side['skipped']} / {valid_side['skipped']} over the length limits left out)")
         return True
 
     def kept_train_loss(name, seed, run_dir):
-        """--train-loss for a run finished already: measured on its kept final checkpoint, else
-        reported without (its training is not repeated for a diagnostic)."""
+        """--train-loss for a run finished already: measured on its kept final checkpoint (of
+        this training, whole, not longer than asked), else reported without (its training is
+        not repeated for a diagnostic). Under the run's lock: another comparison may be scoring it."""
         if updates in train_points_of(name, seed, run_dir):
             return
         ckpt_dir = os.path.join(run_dir, "checkpoints")
         last = os.path.join(ckpt_dir, "checkpoint_last.pt")
-        trained = _read_json(os.path.join(ckpt_dir, "trained.json")) or {}
-        if not (_as_training_key(trained.get("settings")) == training_settings(name, seed) and os.path.exists(last)
-                and written_to_the_end(last) and (stored_updates(last) or 0) <= updates):
-            no_train_loss.append(f"{name} seed {seed} (its final checkpoint is gone)")
-            return
+        kept_mark = os.path.join(run_dir, "train_loss", "KEPT")
         try:
             with RunLock(run_dir, ".lock"):
-                kept_for_it = os.path.exists(os.path.join(run_dir, "train_loss", "KEPT"))
-                if measure_train_loss(name, seed, run_dir, last, {}) and kept_for_it and not keep_checkpoints:
-                    shutil.rmtree(ckpt_dir, ignore_errors=True)  # kept only for this measurement
+                trained = _read_json(os.path.join(ckpt_dir, "trained.json")) or {}
+                if not (_as_training_key(trained.get("settings")) == training_settings(name, seed)
+                        and os.path.exists(last) and written_to_the_end(last)
+                        and (stored_updates(last) or 0) <= updates):
+                    no_train_loss.append(f"{name} seed {seed} (no kept final checkpoint of this training)")
+                    return
+                kept_for_it = os.path.exists(kept_mark)
+                if measure_train_loss(name, seed, run_dir, last, {}) and kept_for_it:
+                    os.remove(kept_mark)
+                    if not keep_checkpoints:
+                        shutil.rmtree(ckpt_dir, ignore_errors=True)  # kept only for this measurement
         except RunInUse:
             no_train_loss.append(f"{name} seed {seed} (in use by another comparison)")
 
@@ -1407,9 +1416,12 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 shutil.rmtree(side, ignore_errors=True)
         measured = True
         if train_loss and updates not in train_points_of(name, seed, run_dir):
-            measured = measure_train_loss(name, seed, run_dir, last, pin)
+            measured = measure_train_loss(name, seed, run_dir, last, pin, keep_for_a_rerun=not keep_checkpoints)
         if not keep_checkpoints and measured:  # checkpoints are large and not needed once scored
             shutil.rmtree(ckpt_dir, ignore_errors=True)
+            kept_mark = os.path.join(run_dir, "train_loss", "KEPT")
+            if os.path.exists(kept_mark):  # (checkpoints kept for an earlier failed measurement: gone now)
+                os.remove(kept_mark)
         return name, seed, _with_curves(final, points, run_dir, updates, valid_points,
                                         train_points_of(name, seed, run_dir))
 
@@ -1556,6 +1568,7 @@ def _neutral(diff, neutral):
     if neutral:
         diff = dict(diff)
         diff["higher"], diff["lower"] = diff.pop("better"), diff.pop("worse")
+        diff.pop("higher_is_better", None)
     return diff
 
 
@@ -1580,9 +1593,9 @@ def fit_markdown(results, baselines, seeds, updates):
     lines = ["", "## Fit and generalisation (--train-loss)", "",
              f"Each run's final checkpoint ({updates} updates) measured on the whole training subset and on "
              "valid in one pass (`fairseq_ctx.analysis.subset_loss`: eval mode, no dropout, fp32, the training's "
-             "criterion; loss: label-smoothed, NLL: without smoothing, both per target token, base 2; pairs "
-             "longer than the model's positions skipped as fairseq-train skips them, every other sentence "
-             "counted). Mean over the seeds measured (min-max). Δ rows: seed-paired mean difference system - "
+             "criterion; loss: the criterion's (label-smoothed), NLL: without smoothing, per target token, base "
+             "2; the training pairs fairseq-train left out, over the positions or --max-tokens, left out the "
+             "same way and counted, every other sentence in it). Mean over the seeds measured (min-max). Δ rows: seed-paired mean difference system - "
              "baseline over the seeds both have [95% t CI] (seeds higher / lower). Behind on valid and on the "
              "training data: the system fits its training data worse (optimisation, capacity); level or ahead "
              "on the training data and behind on valid: it generalises worse. valid - train is the valid "
@@ -1619,7 +1632,28 @@ def fit_markdown(results, baselines, seeds, updates):
             down = sum(1 for x in d["diffs"] if x is not None and x < 0)
             cells.append(f"{_ci(d, 3)} ({up} / {down})")
         lines.append(f"| Δ {name} | {base} | {', '.join(map(str, common))} | " + " | ".join(cells) + " |")
-    return lines
+    notes = []
+    records = {(name, s): results[name][s]["train_loss"][updates] for name in sorted(results) for s in measured[name]}
+    first = [f"{name} seed {s}" for (name, s), r in records.items() if "sentences" not in r]
+    if first:
+        notes.append("measured by the first version of --train-loss (fairseq-validate on the training subset; "
+                     "valid - train with the valid loss fairseq-train logged at that update; no valid or valid "
+                     f"NLL column): {', '.join(first)}")
+    per_sentence = [f"{name} seed {s}" for (name, s), r in records.items() if r.get("loss_per") == "sentence"]
+    if per_sentence:
+        notes.append(f"loss per sentence (--sentence-avg), not per token: {', '.join(per_sentence)}")
+    early = [f"{name} seed {s} ({r['checkpoint_updates']})" for (name, s), r in records.items()
+             if r.get("checkpoint_updates") not in (None, updates)]
+    if early:
+        notes.append(f"a final checkpoint of fewer updates (the training stopped early): {', '.join(early)}")
+    left_out = []
+    for (name, s), r in records.items():
+        gap = results[name][s].get("fit_gap", {}).get(updates, {})
+        if r.get("skipped") or gap.get("valid_skipped"):
+            left_out.append(f"{name} seed {s}: {r.get('skipped', 0)} training / {gap.get('valid_skipped', 0)} valid")
+    if left_out:
+        notes.append(f"pairs over the length limits left out: {'; '.join(left_out)}")
+    return lines + ([""] + [f"- {n}" for n in notes] if notes else [])
 
 
 def learning_curves(results, baselines, seeds):

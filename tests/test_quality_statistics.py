@@ -14,6 +14,7 @@
 """
 import argparse
 import contextlib
+import copy
 import itertools
 import json
 import math
@@ -22,6 +23,7 @@ import pathlib
 import random
 import re
 import shutil
+import statistics
 import types
 
 import pytest
@@ -2069,11 +2071,11 @@ def _fake_train_set_loss(calls, fail=()):
         if (name, seed) in fail:
             raise RuntimeError("train-set loss failed (rc 1), log x.log:\nCUDA out of memory")
         train, valid = _fake_fit(name, seed)
-        return {"checkpoint_updates": UPDATES, "device": "cpu", "dtype": "float32",
-                "subsets": {"train": {"loss": train, "nll_loss": train - 1, "sentences": 400, "tokens": 4000,
-                                      "skipped": 2, "dataset_sentences": 402},
-                            "valid": {"loss": valid, "nll_loss": valid - 1.5, "sentences": 60, "tokens": 600,
-                                      "skipped": 0, "dataset_sentences": 60}}}
+        return {"checkpoint_updates": UPDATES, "device": "cpu", "dtype": "float32", "loss_per": "token",
+                "subsets": {"train": {"name": "train", "loss": train, "nll_loss": train - 1, "sentences": 400,
+                                      "tokens": 4000, "skipped": 2, "dataset_sentences": 402},
+                            "valid": {"name": "valid", "loss": valid, "nll_loss": valid - 1.5, "sentences": 60,
+                                      "tokens": 600, "skipped": 0, "dataset_sentences": 60}}}
     return measure
 
 
@@ -2100,21 +2102,32 @@ def test_train_loss_is_reported_beside_the_valid_loss_with_seed_level_difference
         for seed in (1, 2, 3):
             run, (train, valid) = q["runs"][name][str(seed)], _fake_fit(name, seed)
             assert run["train_loss"] == {UPDATES: {"loss": train, "nll_loss": pytest.approx(train - 1),
-                                                   "sentences": 400, "skipped": 2, "checkpoint_updates": UPDATES}}
+                                                   "sentences": 400, "skipped": 2, "checkpoint_updates": UPDATES,
+                                                   "loss_per": "token"}}
             assert run["fit_gap"][UPDATES] == {"loss": pytest.approx(valid - train), "valid_loss": pytest.approx(valid),
                                                "nll_loss": pytest.approx(valid - 1.5 - (train - 1)),
-                                               "valid_nll_loss": pytest.approx(valid - 1.5)}
+                                               "valid_nll_loss": pytest.approx(valid - 1.5),
+                                               "valid_sentences": 60, "valid_skipped": 0}
     diff = q["curve_comparisons"]["01-good"]["train_loss"][UPDATES]
     want = [_fake_fit("01-good", s)[0] - _fake_fit("00-transformer", s)[0] for s in (1, 2, 3)]
     assert diff["mean_diff"] == pytest.approx(sum(want) / 3) and diff["n"] == 3 and diff["better"] == 3
     gap = q["curve_comparisons"]["01-good"]["fit_gap"][UPDATES]
     # valid 0.1 lower, train 0.3 - 0.02 s lower: the gap 0.2 - 0.02 s higher, counted as higher, not worse
     assert gap["mean_diff"] == pytest.approx(0.2 - 0.04) and gap["higher"] == 3 and "worse" not in gap
+    assert "higher_is_better" not in gap
     md = (study.out / "quality.md").read_text()
     section = md[md.index("## Fit and generalisation (--train-loss)"):]
-    assert "| 00-transformer | (baseline) | 1, 2, 3 | 6.060 (6.030-6.090) |" in section
-    delta = [line for line in section.splitlines() if line.startswith("| Δ 01-good | 00-transformer | 1, 2, 3 |")]
-    assert len(delta) == 1 and "-0.260 [" in delta[0] and "(0 / 3)" in delta[0] and "+0.160 [" in delta[0]
+    # columns: train loss, valid loss, valid - train, train NLL, valid NLL, valid - train NLL
+    assert ("| 00-transformer | (baseline) | 1, 2, 3 | 6.060 (6.030-6.090) | 7.100 (7.050-7.150) | "
+            "1.040 (1.020-1.060) | 5.060 (5.030-5.090) | 5.600 (5.550-5.650) | 0.540 (0.520-0.560) |") in section
+    train_diffs = [-0.28, -0.26, -0.24]  # 01-good - 00-transformer: -(0.3 - 0.02 s)
+    t = statistics.stdev(train_diffs) / math.sqrt(3) * 4.302653
+    train_cell = f"-0.260 [{-0.26 - t:+.3f}, {-0.26 + t:+.3f}] (0 / 3)"
+    gap_cell = f"+0.160 [{0.16 - t:+.3f}, {0.16 + t:+.3f}] (3 / 0)"
+    valid_cell = "-0.100 (0 / 3)"  # no spread over the seeds: no interval
+    assert (f"| Δ 01-good | 00-transformer | 1, 2, 3 | {train_cell} | {valid_cell} | {gap_cell} | {train_cell} | "
+            f"{valid_cell} | {gap_cell} |") in section
+    assert "- pairs over the length limits left out: 00-transformer seed 1: 2 training / 0 valid;" in section
     assert q["meta"]["train_loss"] is True and "## Learning curves" not in md
     # measured once: a rerun neither trains nor measures again
     n_train = len(study.fakes.train_calls)
@@ -2139,7 +2152,8 @@ def test_train_loss_of_finished_runs_from_kept_checkpoints_only_never_by_trainin
     assert [c[:2] for c in calls] == [("00-transformer", 1)]
     err = capsys.readouterr().err
     assert "no train-set loss (--train-loss) for 3 finished run(s)" in err
-    assert "00-transformer seed 2 (its final checkpoint is gone)" in err and "01-good seed 1 (its final" in err
+    assert "00-transformer seed 2 (no kept final checkpoint of this training)" in err
+    assert "01-good seed 1 (no kept final checkpoint of this training)" in err
     assert "train_loss" in q["runs"]["00-transformer"]["1"] and "train_loss" not in q["runs"]["01-good"]["1"]
     assert "train_loss" not in q["curve_comparisons"].get("01-good", {})
     md = (study.out / "quality.md").read_text()
@@ -2161,10 +2175,39 @@ def test_a_failed_train_loss_loses_no_score_and_is_measured_on_the_rerun(qc, stu
     ck = study.out / "runs" / "01-good" / "seed1" / "checkpoints"
     assert (ck / "checkpoint_last.pt").exists()
     assert not (study.out / "runs" / "00-transformer" / "seed1" / "checkpoints").exists()
+    assert (study.out / "runs" / "01-good" / "seed1" / "train_loss" / "KEPT").exists()
     n_train = len(study.fakes.train_calls)
     q = _fit_main(qc, study, calls, "--seeds", "1", "--train-loss")
     assert len(study.fakes.train_calls) == n_train and [c[:2] for c in calls[-1:]] == [("01-good", 1)]
     assert "train_loss" in q["runs"]["01-good"]["1"] and not ck.exists()
+    assert not (study.out / "runs" / "01-good" / "seed1" / "train_loss" / "KEPT").exists()
+
+
+def test_checkpoints_the_user_kept_stay_after_a_failed_and_a_later_train_loss(qc, study):
+    """Checkpoints kept on purpose (--keep-checkpoints) are never deleted by --train-loss, also
+    when a first measurement of them failed and a later one, without --keep-checkpoints,
+    succeeds."""
+    calls = []
+    _fit_main(qc, study, calls, "--seeds", "1", "--configs", "00-*", "--keep-checkpoints")
+    _fit_main(qc, study, calls, "--seeds", "1", "--configs", "00-*", "--train-loss", fail={("00-transformer", 1)})
+    q = _fit_main(qc, study, calls, "--seeds", "1", "--configs", "00-*", "--train-loss")
+    assert "train_loss" in q["runs"]["00-transformer"]["1"] and len(calls) == 2
+    assert (study.out / "runs" / "00-transformer" / "seed1" / "checkpoints" / "checkpoint_last.pt").exists()
+
+
+def test_a_kept_run_another_comparison_holds_is_not_measured_and_is_named(qc, study, capsys):
+    """The measurement of a kept run takes the run's lock: a run another comparison is scoring
+    is left alone and named."""
+    import fcntl
+
+    calls = []
+    _fit_main(qc, study, calls, "--seeds", "1", "--configs", "00-*", "--keep-checkpoints")
+    capsys.readouterr()
+    with open(study.out / "runs" / "00-transformer" / "seed1" / ".lock", "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        q = _fit_main(qc, study, calls, "--seeds", "1", "--configs", "00-*", "--train-loss")
+    assert not calls and "train_loss" not in q["runs"]["00-transformer"]["1"]
+    assert "00-transformer seed 1 (in use by another comparison)" in capsys.readouterr().err
 
 
 def test_a_run_trained_again_is_measured_again_and_a_continued_one_keeps_its_shorter_point(qc, study, monkeypatch):
@@ -2213,7 +2256,8 @@ def test_each_train_loss_runs_on_its_run_s_gpu(qc, study, monkeypatch):
     assert len(calls) == 4 and all(d in ("0", "1") and trained_on[(n, s)] == d for n, s, d in calls)
 
 
-def test_real_tiny_train_set_loss_is_the_eval_mode_loss_of_every_training_sentence(qc, tiny_corpus, tmp_path):
+def test_real_tiny_train_set_loss_is_the_eval_mode_loss_of_every_training_sentence(qc, tiny_corpus, tmp_path,
+                                                                                   monkeypatch):
     """fairseq itself: the train-set and valid losses quality_compare reports equal the
     label-smoothed loss, written here from its definition (Szegedy et al.: (1 - eps) NLL + eps
     times the mean of -log p over the vocabulary, as fairseq spreads eps: eps / (V - 1) on every
@@ -2268,20 +2312,57 @@ def test_real_tiny_train_set_loss_is_the_eval_mode_loss_of_every_training_senten
     record = json.loads((out / "runs" / "00-transformer" / "seed1" / "train_loss" / "upd12.json").read_text())
     assert record["checkpoint_updates"] == 12 and record["dtype"] == "float32" and record["device"] == "cpu"
 
-    # the same weights in a model of 12 positions: the longer pairs are left out and counted
+    # the same weights under length limits of 12 tokens: the pairs fairseq-train would leave out
+    # (over the model's or the task's positions, or over --max-tokens: training pairs only) are
+    # left out and counted; under --sentence-avg the loss is per sentence
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
-    for section in ("model", "task"):
-        for key in ("max_source_positions", "max_target_positions"):
-            part = state["cfg"][section]
+
+    def variant(name, settings):
+        changed = copy.deepcopy(state)
+        for (section, key), value in settings.items():
+            part = changed["cfg"][section]
             if isinstance(part, argparse.Namespace):  # fairseq keeps a legacy model's config as a Namespace
-                setattr(part, key, 12)
+                setattr(part, key, value)
             else:
-                part[key] = 12
-    short = tmp_path / "short.pt"
-    torch.save(state, short)
-    found = qc.train_set_loss(str(tiny_corpus / "bin"), str(short), str(tmp_path / "short.log"), threads=1,
-                              langs=("zh", "en"))["subsets"]["train"]
-    limited = reference("train", 12)
-    assert limited[2] > 0 and limited[3] > 0  # some pairs in, some out
-    assert (found["sentences"], found["skipped"]) == limited[2:]
-    assert found["loss"] == pytest.approx(limited[0], abs=1e-4) and found["nll_loss"] == pytest.approx(limited[1], abs=1e-4)
+                part[key] = value
+        path = tmp_path / f"{name}.pt"
+        torch.save(changed, path)
+        return qc.train_set_loss(str(tiny_corpus / "bin"), str(path), str(tmp_path / f"{name}.log"), threads=1,
+                                 langs=("zh", "en"))
+
+    def same(found, ref):
+        assert (found["sentences"], found["skipped"]) == ref[2:]
+        assert found["loss"] == pytest.approx(ref[0], abs=1e-4) and found["nll_loss"] == pytest.approx(ref[1], abs=1e-4)
+
+    train_12, valid_12 = reference("train", 12), reference("valid", 12)
+    assert train_12[2] > 0 and train_12[3] > 0 and valid_12[3] > 0  # some pairs in, some out
+    for name, settings in (("model", {("model", "max_source_positions"): 12, ("model", "max_target_positions"): 12}),
+                           ("task", {("task", "max_source_positions"): 12, ("task", "max_target_positions"): 12})):
+        found = variant(name, settings)["subsets"]
+        same(found["train"], train_12)
+        same(found["valid"], valid_12)
+    found = variant("max_tokens", {("dataset", "max_tokens"): 12})["subsets"]
+    same(found["train"], train_12)
+    same(found["valid"], valid_ref[:2] + (len(task.dataset("valid")), 0))  # valid has no --max-tokens limit
+    found = variant("sentence_avg", {("criterion", "sentence_avg"): True})
+    sentences = len(task.dataset("train"))
+    tokens = sum(len(task.dataset("train").tgt[i]) for i in range(sentences))
+    assert found["loss_per"] == "sentence"
+    assert found["subsets"]["train"]["loss"] == pytest.approx(train_ref[0] * tokens / sentences, rel=1e-5)
+    assert found["subsets"]["train"]["nll_loss"] == pytest.approx(train_ref[1], abs=1e-4)  # still per token
+
+    # a batch that comes back with a sentence fewer stops the measurement: the sums must hold
+    # every sentence of the subset but those over the length limits
+    from fairseq.tasks.translation import TranslationTask
+
+    from fairseq_ctx.analysis import subset_loss
+
+    real = TranslationTask.valid_step
+
+    def one_sentence_fewer(self, sample, model, criterion):
+        loss, size, log = real(self, sample, model, criterion)
+        return loss, size, {**log, "nsentences": log["nsentences"] - 1}
+
+    monkeypatch.setattr(TranslationTask, "valid_step", one_sentence_fewer)
+    with pytest.raises(RuntimeError, match=r"train: \d+ sentences in the loss and 0 skipped, but the subset has"):
+        subset_loss.subset_losses(str(ckpt), str(tiny_corpus / "bin"), ("train",))

@@ -5,17 +5,23 @@
 checkpoint): fairseq's own computation, ``task.valid_step`` with the training's criterion (the
 label-smoothed loss of the demo settings), model and criterion in eval mode (no dropout), fp32,
 one device (the first visible GPU, else the CPU); per subset the exact sums over every sentence,
-reported as fairseq reports them (loss and NLL per target token, base 2) with the counts.
+reported as fairseq reports them (loss per target token, or per sentence under --sentence-avg;
+NLL per target token; base 2) with the counts.
 
 Why not ``fairseq-validate``: its log prints counts with "{:g}" (4,508,785 sentences print as
 4.50878e+06), so nothing can check that every sentence is in the loss; it stops at a pair longer
 than the model's positions, which fairseq-train skipped; and with several visible GPUs it
-shards the subset over them. Here pairs longer than the model's positions are left out as
-fairseq-train leaves them out, and counted ("skipped"); every other sentence is in the sums,
-which is checked.
+shards the subset over them. Here the training subset's pairs that fairseq-train leaves out
+(longer than the task's or the model's positions, or than --max-tokens) are left out the same
+way, and counted ("skipped"); valid's pairs longer than the positions too (fairseq-train
+refuses those unless --skip-invalid-size-inputs-valid-test); every other sentence is in the
+sums, which is checked. The subsets are the training's own (--train-subset, the first of
+--valid-subset), the training subset with its numbered parts (train1, ...) as fairseq-train
+loads it.
 
-Output: {"checkpoint", "checkpoint_updates", "device", "dtype": "float32", "subsets": {NAME:
-{"loss", "nll_loss", "sentences", "tokens", "skipped", "dataset_sentences"}}}.
+Output: {"checkpoint", "checkpoint_updates", "device", "dtype": "float32", "loss_per":
+"token" or "sentence", "subsets": {"train" / "valid": {"name", "loss", "nll_loss", "sentences",
+"tokens", "skipped", "dataset_sentences"}}}.
 """
 import argparse
 import json
@@ -24,12 +30,14 @@ import sys
 
 
 def subset_losses(checkpoint, data_bin, subsets=("train", "valid"), max_tokens=8192, langs=None):
-    """{subset: {"loss", "nll_loss", "sentences", "tokens", "skipped", "dataset_sentences"}}, the
-    device used and the checkpoint's update count (see the module's help)."""
+    """({"train" / "valid": {"name", "loss", "nll_loss", "sentences", "tokens", "skipped",
+    "dataset_sentences"}}, the device used, "token" or "sentence": what the loss is per) (see
+    the module's help)."""
     import torch
     from fairseq import checkpoint_utils, utils
 
-    overrides = {"data": data_bin}
+    # (--eval-bleu would make valid_step translate the whole training subset)
+    overrides = {"data": data_bin, "eval_bleu": False}
     if langs:
         overrides.update(source_lang=langs[0], target_lang=langs[1])
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
@@ -39,11 +47,17 @@ def subset_losses(checkpoint, data_bin, subsets=("train", "valid"), max_tokens=8
         model = model.cuda()
     criterion = task.build_criterion(cfg.criterion)
     criterion.eval()
-    max_positions = utils.resolve_max_positions(task.max_positions(), model.max_positions())
+    names = {"train": cfg.dataset.train_subset, "valid": cfg.dataset.valid_subset.split(",")[0]}
     out = {}
     for subset in subsets:
-        task.load_dataset(subset, combine=False, epoch=1)
-        dataset = task.dataset(subset)
+        name = names[subset]
+        # as fairseq-train: train with its numbered parts and a --max-tokens limit, valid without
+        task.load_dataset(name, combine=subset == "train", epoch=1)
+        dataset = task.dataset(name)
+        limits = [task.max_positions(), model.max_positions()]
+        if subset == "train":
+            limits.append(cfg.dataset.max_tokens)
+        max_positions = utils.resolve_max_positions(*limits)
         indices, ignored = dataset.filter_indices_by_size(dataset.ordered_indices(), max_positions)
         # the longest pair left sets the batch floor (fairseq's batching refuses a pair above max_tokens)
         longest = int(max(dataset.num_tokens(int(i)) for i in indices)) if len(indices) else 0
@@ -63,13 +77,14 @@ def subset_losses(checkpoint, data_bin, subsets=("train", "valid"), max_tokens=8
                 sentences += int(log["nsentences"])
                 sample_size += int(size)
         if sentences + len(ignored) != len(dataset):
-            raise RuntimeError(f"{subset}: {sentences} sentences in the loss and {len(ignored)} skipped, "
+            raise RuntimeError(f"{name}: {sentences} sentences in the loss and {len(ignored)} skipped, "
                                f"but the subset has {len(dataset)}")
-        out[subset] = {"loss": loss_sum / max(sample_size, 1) / math.log(2),
+        out[subset] = {"name": name, "loss": loss_sum / max(sample_size, 1) / math.log(2),
                        "nll_loss": nll_sum / max(tokens, 1) / math.log(2),
                        "sentences": sentences, "tokens": tokens, "skipped": len(ignored),
                        "dataset_sentences": len(dataset)}
-    return out, ("cuda:0 " + torch.cuda.get_device_name(0)) if cuda else "cpu"
+    per = "sentence" if getattr(cfg.criterion, "sentence_avg", False) else "token"
+    return out, ("cuda:0 " + torch.cuda.get_device_name(0)) if cuda else "cpu", per
 
 
 def main(argv=None):
@@ -79,7 +94,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--path", required=True, help="the checkpoint")
     p.add_argument("--data", required=True, help="the binarised data directory")
-    p.add_argument("--subsets", default="train,valid", help="comma-separated subsets (default train,valid)")
+    p.add_argument("--subsets", default="train,valid",
+                   help="train and / or valid: the training's own subsets of those roles (default train,valid)")
     p.add_argument("--max-tokens", type=int, default=8192)
     p.add_argument("--source-lang", default=None)
     p.add_argument("--target-lang", default=None)
@@ -89,13 +105,15 @@ def main(argv=None):
         p.error("--source-lang and --target-lang go together")
     langs = (a.source_lang, a.target_lang) if a.source_lang else None
     subsets = [s for s in a.subsets.split(",") if s]
-    result, device = subset_losses(a.path, a.data, subsets, a.max_tokens, langs)
+    if not subsets or set(subsets) - {"train", "valid"}:
+        p.error(f"--subsets: train and / or valid, not {a.subsets!r}")
+    result, device, per = subset_losses(a.path, a.data, subsets, a.max_tokens, langs)
     with atomic_write(a.json) as f:
         json.dump({"checkpoint": a.path, "checkpoint_updates": stored_updates(a.path), "device": device,
-                   "dtype": "float32", "subsets": result}, f, indent=1)
-    for name, r in result.items():
-        print(f"{name}: loss {r['loss']:.4f} nll_loss {r['nll_loss']:.4f} over {r['sentences']} sentences "
-              f"({r['skipped']} longer than the model's positions skipped)")
+                   "dtype": "float32", "loss_per": per, "subsets": result}, f, indent=1)
+    for role, r in result.items():
+        print(f"{role} ({r['name']}): loss {r['loss']:.4f} nll_loss {r['nll_loss']:.4f} over {r['sentences']} "
+              f"sentences ({r['skipped']} over the length limits skipped)")
     return 0
 
 
