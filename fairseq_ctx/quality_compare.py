@@ -971,8 +971,8 @@ def _train_loss_points(run_dir, key_at):
 
 def _with_curves(rec, points, run_dir, updates, valid_points=None, train_points=None):
     """The run's record for the report: final result + test BLEU, valid loss and (where
-    scored) valid BLEU by update count; with train-set losses (--train-loss), those and the
-    valid - train difference where the log has a validation at the same update count."""
+    scored) valid BLEU by update count; with train-set losses (--train-loss), those and
+    valid - train (valid measured in the same pass)."""
     from fairseq_ctx.analysis.learning_curves import parse_valid_log_file
 
     rec = dict(rec)

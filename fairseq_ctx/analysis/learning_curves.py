@@ -65,19 +65,6 @@ def _validation_fields(line: str, subset: str) -> Optional[Dict[str, str]]:
     return fields
 
 
-def parse_validate_output(text: str, subset: str) -> Optional[Dict[str, float]]:
-    """fairseq-validate output -> {loss, nll_loss, ppl, ...} of its last line for ``subset``
-    (fairseq-validate prints no update count), or None when it has none."""
-    found = None
-    for line in text.splitlines():
-        fields = _validation_fields(line, subset)
-        if fields is not None and _number(fields.get("loss")) is not None:
-            found = fields
-    if found is None:
-        return None
-    return {k: _number(v) for k, v in found.items() if _number(v) is not None}
-
-
 def parse_valid_log(text: str, subset: str = "valid") -> Dict[int, Dict[str, float]]:
     """fairseq-train output -> {num_updates: {loss, nll_loss, ppl, epoch}} of ``subset``."""
     out = {}
