@@ -219,6 +219,15 @@ def lr_depends_on_max_update(words):
     return scheduler in MAX_UPDATE_SCHEDULES
 
 
+def _child_env(threads=0, extra_env=None):
+    """The environment of a training or measuring subprocess: this one's, plus ``extra_env``
+    (CUDA_VISIBLE_DEVICES: one GPU), with ``threads`` OpenMP / MKL threads where given."""
+    env = {**os.environ, **(extra_env or {})}
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    return env
+
+
 def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, threads=0,
           curve_updates=(), restore_file=None, extra_env=None, langs=None):
     """fairseq-train as scripts/demo.sh runs it. With ``curve_updates`` it also saves
@@ -245,9 +254,7 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
     cmd = [sys.executable, "-m", "fairseq_cli.train", data_bin, "--user-dir",
            PACKAGE_DIR, *common, *arch_args,
            "--max-update", str(updates), "--seed", str(seed), "--save-dir", save_dir, *extra]
-    env = {**os.environ, **(extra_env or {})}
-    if threads:
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    env = _child_env(threads, extra_env)
     t0 = time.time()
     with open(log_path, "a") as log:
         log.write(" ".join(shlex.quote(c) for c in cmd) + "\n")
@@ -291,9 +298,7 @@ def train_set_loss(data_bin, ckpt, log_path, threads=0, extra_env=None, langs=No
            "--subsets", "train,valid", "--max-tokens", str(max_tokens), "--json", out_json]
     if langs:
         cmd += ["--source-lang", langs[0], "--target-lang", langs[1]]
-    env = {**os.environ, **(extra_env or {})}
-    if threads:
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    env = _child_env(threads, extra_env)
     if os.path.exists(out_json):
         os.remove(out_json)
     with open(log_path, "w") as log:
