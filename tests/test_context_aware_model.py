@@ -146,6 +146,9 @@ def test_padding_incremental_and_reorder_invariance(name):
 STARTS = {init: ["--context-init", init] for init in CONTEXT_INITS}
 STARTS["gate_half+gate_bias"] = ["--context-init", "gate_half", "--context-gate-bias", "-4"]
 STARTS["glorot+gate_bias"] = ["--context-init", "glorot", "--context-gate-bias", "0.75"]
+# dropout on C U (not in the paper; init_study config 14): the checks run in eval mode, where it is
+# the identity, so that the option cannot leave a training-only path in inference
+STARTS["gate_half+context_dropout"] = ["--context-init", "gate_half", "--context-dropout", "0.3"]
 
 
 @pytest.mark.parametrize("start", list(STARTS))
@@ -237,6 +240,8 @@ def test_gate_statistics_hook_averages_per_layer_and_side():
         (context("deep_global") + ["--encoder-layerdrop", "0.1"], "--encoder-layerdrop is not supported"),
         (context(decoder="global") + ["--cross-self-attention"], "--cross-self-attention is not supported"),
         (context("deep") + ["--checkpoint-activations"], "--checkpoint-activations"),
+        (context("deep") + ["--context-dropout", "1"], r"--context-dropout must be in \[0, 1\), got 1.0"),
+        (context("deep") + ["--context-dropout=-0.2"], r"--context-dropout must be in \[0, 1\), got -0.2"),
     ],
 )
 def test_bad_options_are_rejected_when_the_model_is_built(options, message):
@@ -407,3 +412,48 @@ def test_layer_run_out_of_order_fails_loudly():
     x = torch.randn(4, 2, 16)
     with pytest.raises(RuntimeError, match="expected the inputs of 1 layers below it, found 0"):
         model.encoder.layers[1].self_attn(x, x, x, need_weights=False)
+
+
+def test_context_dropout_reaches_every_contextualised_layer_and_acts_only_in_training():
+    """--context-dropout (not in the paper) is given to every contextualiser of both stacks; with
+    every other dropout off, a model with it and one without, same weights, agree in eval mode
+    and differ in training mode (where module-level tests pin what it drops)."""
+    options = [*context("deep_global+deep", "deep_global+deep"), "--attention-dropout", "0"]
+    plain = tiny_model(*options)
+    dropped = tiny_model(*options, "--context-dropout", "0.3")
+    dropped.load_state_dict(plain.state_dict())
+    contextualisers = [layer.self_attn.contextualizer for side in (dropped.encoder, dropped.decoder)
+                       for layer in side.layers]
+    assert [c.context_dropout for c in contextualisers] == [0.3] * 6
+    assert {layer.self_attn.contextualizer.context_dropout
+            for side in (plain.encoder, plain.decoder) for layer in side.layers} == {0.0}
+    src_tokens, src_lengths, prev, _ = random_batch(plain, (7, 3, 5), (4, 6, 2))
+    with torch.no_grad():
+        for model in (plain, dropped):
+            model.eval()
+        torch.testing.assert_close(decoder_logits(dropped, src_tokens, src_lengths, prev),
+                                   decoder_logits(plain, src_tokens, src_lengths, prev), rtol=0, atol=0)
+        for model in (plain, dropped):
+            model.train()
+        torch.manual_seed(3)
+        expected = decoder_logits(plain, src_tokens, src_lengths, prev)
+        torch.manual_seed(3)
+        again = decoder_logits(plain, src_tokens, src_lengths, prev)
+        torch.manual_seed(3)
+        got = decoder_logits(dropped, src_tokens, src_lengths, prev)
+    torch.testing.assert_close(again, expected, rtol=0, atol=0)  # nothing else random in training
+    assert (got - expected).abs().max() > 1e-3
+
+
+def test_checkpoints_without_the_not_in_the_paper_options_build_the_paper_model():
+    """A checkpoint written before --context-gate-bias / --context-dropout existed has neither in
+    its args: the architecture fills them with 'no bias' and 'no dropout'."""
+    from fairseq_ctx.models.transformer_context_aware import context_aware_base_architecture
+    from tests.model_checks import parse_train_args
+
+    args = parse_train_args([*ARCH, *TINY])
+    assert (args.context_gate_bias, args.context_dropout) == (None, 0.0)
+    for name in ("context_gate_bias", "context_dropout"):
+        delattr(args, name)
+    context_aware_base_architecture(args)
+    assert (args.context_gate_bias, args.context_dropout) == (None, 0.0)

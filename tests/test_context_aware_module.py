@@ -288,3 +288,84 @@ def test_gate_bias_leaves_every_other_parameter_and_the_rng_as_without_it(init):
     assert sorted(other) == sorted(name for name, _ in plain.named_parameters())
     for name, value in plain.named_parameters():
         assert torch.equal(value, other[name]), name
+
+
+# -- dropout on C U (not in the paper: an arm of the initialisation study) -----------------
+
+
+def _dropped_context(plain, contextualised, gate):
+    """What Eq. 5 mixed in, solved from its output: Q^ = (1 - lambda) Q + lambda D gives
+    D = (Q^ - (1 - lambda) Q) / lambda."""
+    lam = gate.unsqueeze(-1)
+    return (contextualised - (1 - lam) * plain) / lam
+
+
+@pytest.mark.parametrize("apply_to", ["both", "query", "key"])
+def test_context_dropout_drops_entries_of_c_u_and_eq6_sees_the_dropped_c_u(apply_to):
+    """In training, what Eq. 5 mixes in is C U with each entry either dropped (0) or scaled by
+    1 / (1 - p), and the gate of Eq. 6 is computed from that same dropped C U."""
+    torch.manual_seed(0)
+    p = 0.5
+    module = ContextualQueryKey(D, 2, 3, apply_to=apply_to, context_dropout=p).double().train()
+    q, k, global_ctx, deep_ctx = _contexts()
+    q_hat, k_hat, gates = module(q, k, global_ctx, deep_ctx)
+    C = torch.cat([global_ctx.expand(5, 3, -1), deep_ctx], dim=-1)
+    outputs = {"query": (q, q_hat), "key": (k, k_hat)}
+    dropped_fraction = []
+    for i, target in enumerate(module.targets):
+        plain, got = outputs[target]
+        U = torch.cat([fused_block(module.global_proj.weight, i), fused_block(module.deep_proj.weight, i)], dim=0)
+        cu = (C @ U).detach()
+        d = _dropped_context(plain, got.detach(), gates[..., i].double())
+        kept = (d - cu / (1 - p)).abs() < 1e-9
+        dropped = d.abs() < 1e-9
+        assert bool((kept | dropped).all()), "an entry is neither dropped nor scaled by 1 / (1 - p)"
+        dropped_fraction.append(dropped.double().mean().item())
+        # Eq. 6 with the dropped C U
+        lam = torch.sigmoid(plain @ module.gate_input[i].detach() + d @ module.gate_context[i].detach())
+        torch.testing.assert_close(gates[..., i].double(), lam)
+    for untouched in set(outputs) - set(module.targets):
+        plain, got = outputs[untouched]
+        assert torch.equal(plain, got)
+    assert all(0.3 < fraction < 0.7 for fraction in dropped_fraction), dropped_fraction
+
+
+def test_context_dropout_of_a_global_context_drops_one_vector_per_sentence():
+    """A global context is one C U per sentence (broadcast over its positions), so a dropped
+    entry is dropped at every position of that sentence."""
+    torch.manual_seed(1)
+    module = ContextualQueryKey(D, 2, 0, init="gate_half", context_dropout=0.5).double().train()
+    q, k, global_ctx, _ = _contexts()
+    q_hat, _, gates = module(q, k, global_ctx, None)
+    d = _dropped_context(q, q_hat, gates[..., 0].double())  # every gate 0.5 (V = 0)
+    torch.testing.assert_close(d, d[:1].expand_as(d))
+    cu = global_ctx @ fused_block(module.global_proj.weight, 0)
+    assert bool((d[0].abs() < 1e-9).any()) and bool(((d[0] - 2 * cu[0]).abs() < 1e-9).any())
+
+
+def test_context_dropout_is_the_identity_in_eval_mode():
+    torch.manual_seed(2)
+    plain = ContextualQueryKey(D, 2, 3).double().eval()
+    dropped = ContextualQueryKey(D, 2, 3, context_dropout=0.5).double().eval()
+    dropped.load_state_dict(plain.state_dict())
+    for got, expected in zip(dropped(*_contexts()), plain(*_contexts())):
+        assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0, float("nan")])
+def test_context_dropout_must_be_a_probability_below_one(value):
+    with pytest.raises(ValueError, match=r"context_dropout must be in \[0, 1\)"):
+        ContextualQueryKey(D, 1, 0, context_dropout=value)
+
+
+@pytest.mark.parametrize("init", CONTEXT_INITS)
+def test_context_dropout_adds_no_parameter_and_no_draw_at_build_time(init):
+    torch.manual_seed(5)
+    plain = ContextualQueryKey(D, 2, 3, init=init)
+    plain_rng = torch.get_rng_state()
+    torch.manual_seed(5)
+    dropped = ContextualQueryKey(D, 2, 3, init=init, context_dropout=0.3)
+    assert torch.equal(torch.get_rng_state(), plain_rng)
+    assert list(dropped.state_dict()) == list(plain.state_dict())
+    for (name, value), (_, other) in zip(plain.named_parameters(), dropped.named_parameters()):
+        assert torch.equal(value, other), name

@@ -59,6 +59,8 @@ VARIANTS = {
                                   ctx("deep", "deep_global+deep", "--context-init", "gate_half_matched")),
     "ca-init-gate_bias": ("transformer_context_aware",  # not in the paper: a constant bias, no draw
                           ctx("deep_global+deep", "deep", "--context-init", "gate_half", "--context-gate-bias", "-4")),
+    "ca-context_dropout": ("transformer_context_aware",  # not in the paper: no parameter, no draw
+                           ctx("deep_global+deep", "global", "--context-dropout", "0.2")),
     "ca-dec-deep": ("transformer_context_aware", ctx("none", "deep", "--context-apply", "key")),
     "ca-dec-deep_global+deep": ("transformer_context_aware", ctx("none", "deep_global+deep")),
     "ca-both-sides": ("transformer_context_aware", ctx("deep", "deep_global", "--context-apply", "query")),
@@ -245,7 +247,7 @@ OUR_FAMILIES = ("transformer_context_aware", "transformer_cross_agg", "transform
 # the options our four architectures add (what fairseq's stock parser must not know)
 MECHANISM_OPTIONS = {
     "--encoder-context", "--decoder-context", "--context-apply", "--no-context-gate", "--context-init",
-    "--context-gate-bias",
+    "--context-gate-bias", "--context-dropout",
     "--routing-side", "--routing-vertical", "--no-routing-vertical", "--routing-horizontal", "--no-routing-horizontal",
     "--routing-init", "--routing-iters", "--routing-ramp-updates", "--routing-stop-gradient",
     "--sentential-global", "--sentential-deep", "--sentential-g0",
@@ -433,6 +435,8 @@ def test_fairseq_train_cli_builds_stock_identical_starts(tmp_path):
     ("transformer_context_aware", [], ["--context-init", "glorot"]),  # the default is gate_half
     # init_study 12 against 02 (gate_half): only the bias added, every other value as 02's
     ("transformer_context_aware", ["--context-init", "gate_half"], ["--context-gate-bias", "-4"]),
+    # init_study 14 against 02: dropout on C U only (no parameter, no draw)
+    ("transformer_context_aware", ["--context-init", "gate_half"], ["--context-dropout", "0.1"]),
 ])
 def test_initialisation_study_arms_start_from_the_paper_models_values(arch, paper, arm):
     """An arm of the initialisation study (configs/init_study/) changes how the model is

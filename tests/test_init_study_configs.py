@@ -32,6 +32,9 @@ ARMS = {
     # not in the paper: gate_half (02) plus a bias inside Eq. 6's sigmoid (gates start at ~0.018)
     "12-context_aware-gate_bias": ("01-context_aware-glorot", "01-transformer_context_aware",
                                    ["--context-init", "gate_half", "--context-gate-bias", "-4"]),
+    # not in the paper: gate_half (02) plus dropout on C U (regularises the added projections only)
+    "14-context_aware-context_dropout": ("01-context_aware-glorot", "01-transformer_context_aware",
+                                         ["--context-init", "gate_half", "--context-dropout", "0.3"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
@@ -39,6 +42,10 @@ ARMS = {
     "09-sentential-paper": ("09-sentential-paper", "07-transformer_sentential", []),  # default g0: after dropout
     "10-sentential-g0_no_dropout": ("09-sentential-paper", "07-transformer_sentential", ["--sentential-g0", "no_dropout"]),
 }
+
+
+# capacity controls: the stock transformer with more parameters (compared with 00-transformer)
+CAPACITY = {"13-transformer-params_matched": ["--encoder-ffn-embed-dim", "896"]}
 
 
 def options(args):
@@ -54,7 +61,7 @@ def options(args):
 
 
 def test_the_study_has_the_baseline_and_every_arm():
-    assert sorted(configs()) == sorted(["00-transformer", *ARMS])
+    assert sorted(configs()) == sorted(["00-transformer", *ARMS, *CAPACITY])
 
 
 def test_every_arm_is_paired_with_the_stock_transformer():
@@ -85,7 +92,7 @@ def test_arm_is_its_demo_row_plus_its_own_option(arm):
     assert all(arm_options[k] == v for k, v in dims.items())
 
 
-@pytest.mark.parametrize("name", sorted(["00-transformer", *ARMS]))
+@pytest.mark.parametrize("name", sorted(["00-transformer", *ARMS, *CAPACITY]))
 def test_config_builds(name):
     args = configs()[name]
     model, _ = build_model(args, vocab_size=30)
@@ -103,3 +110,25 @@ def test_config_builds(name):
             assert all(b is None for b in biases)
         else:
             assert all(torch.equal(b, torch.full((2,), parsed.context_gate_bias)) for b in biases)
+    if "context_dropout" in name:
+        rates = {layer.self_attn.contextualizer.context_dropout for layer in model.encoder.layers}
+        assert rates == {parsed.context_dropout} and parsed.context_dropout > 0
+
+
+def test_parameter_matched_transformer_is_the_baseline_with_the_context_aware_models_parameter_count():
+    """13 separates capacity from the context signal: the stock transformer, only its encoder FFN
+    widened (512 -> 896) so that it adds as many parameters as context-aware's U and V (02) add,
+    to within 0.2 % of that difference (296,064 vs 296,448 at these dims, any vocabulary)."""
+    study = configs()
+    own = options(CAPACITY["13-transformer-params_matched"])
+    arm, base = options(study["13-transformer-params_matched"]), options(study["00-transformer"])
+    assert {k for k in set(arm) | set(base) if arm.get(k) != base.get(k)} == set(own)
+    assert all(arm[k] == v for k, v in own.items())
+    assert qc.assign_baselines(study)["13-transformer-params_matched"] == "00-transformer"
+    for vocab_size in (30, 3000):
+        count = {name: sum(p.numel() for p in build_model(study[name], vocab_size=vocab_size)[0].parameters())
+                 for name in ("00-transformer", "02-context_aware-gate_half", "13-transformer-params_matched")}
+        added_by_context = count["02-context_aware-gate_half"] - count["00-transformer"]
+        added_by_width = count["13-transformer-params_matched"] - count["00-transformer"]
+        assert added_by_context > 0
+        assert abs(added_by_width - added_by_context) <= 0.002 * added_by_context, (added_by_width, added_by_context)

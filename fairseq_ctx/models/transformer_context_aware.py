@@ -78,11 +78,13 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
         name: str = "self_attn",
         init: str = "glorot",
         gate_bias: Optional[float] = None,
+        context_dropout: float = 0.0,
     ) -> None:
         """``name``: this module's path in the model (``encoder.layers.0.self_attn``);
         the contextualiser's initial values come from the stream derived from it and
         the run's seed, not from the global RNG (see ``_controlled_init``).
-        ``gate_bias``: initial value of the bias inside Eq. 6 (not in the paper), or None."""
+        ``gate_bias``: initial value of the bias inside Eq. 6 (not in the paper), or None.
+        ``context_dropout``: dropout on C U in training (not in the paper; 0: none)."""
         self.layer_index = layer_index
         self.context_type = context_type
         self.history = history
@@ -95,7 +97,8 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
         if global_blocks or deep_blocks:
             with added_parameters(f"{name}.contextualizer"):
                 self.contextualizer = ContextualQueryKey(
-                    self.embed_dim, global_blocks, deep_blocks, apply_to, gated, init=init, gate_bias=gate_bias
+                    self.embed_dim, global_blocks, deep_blocks, apply_to, gated, init=init, gate_bias=gate_bias,
+                    context_dropout=context_dropout,
                 )
         self.gate_statistics: Optional[GateStatistics] = None
 
@@ -266,7 +269,7 @@ class ContextAwareDecoderLayer(TransformerDecoderLayerBase):
 
 def _configure_stack(
     layers, context_type: str, apply_to: str, gated: bool, causal: bool, side: str, init: str,
-    gate_bias: Optional[float] = None,
+    gate_bias: Optional[float] = None, context_dropout: float = 0.0,
 ) -> ContextHistory:
     """Give every self-attention layer of one stack its context. Runs after the stock
     encoder / decoder is built; the contextualisers draw from their own streams, so the
@@ -275,7 +278,8 @@ def _configure_stack(
     for index, layer in enumerate(layers, start=1):
         name = f"{side}.layers.{index - 1}.self_attn"  # its state-dict path
         layer.self_attn.configure_context(
-            index, context_type, apply_to, gated, history, causal, name=name, init=init, gate_bias=gate_bias
+            index, context_type, apply_to, gated, history, causal, name=name, init=init, gate_bias=gate_bias,
+            context_dropout=context_dropout,
         )
     return history
 
@@ -286,6 +290,7 @@ class ContextAwareTransformerEncoder(TransformerEncoderBase):
         self.context_history = _configure_stack(
             self.layers, cfg.encoder_context, cfg.context_apply, not cfg.no_context_gate,
             causal=False, side="encoder", init=cfg.context_init, gate_bias=cfg.context_gate_bias,
+            context_dropout=cfg.context_dropout,
         )
 
     def build_encoder_layer(self, cfg):
@@ -310,6 +315,7 @@ class ContextAwareTransformerDecoder(TransformerDecoderBase):
         self.context_history = _configure_stack(
             self.layers, cfg.decoder_context, cfg.context_apply, not cfg.no_context_gate,
             causal=True, side="decoder", init=cfg.context_init, gate_bias=cfg.context_gate_bias,
+            context_dropout=cfg.context_dropout,
         )
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
@@ -359,6 +365,10 @@ class ContextAwareTransformerModel(TransformerModel):
                                  'gate and layer; e.g. -4 with --context-init gate_half starts every gate '
                                  'at sigmoid(-4) ~ 0.018, close to the stock attention (write exponents and -inf '
                                  'with "=": --context-gate-bias=-1e-3). Default: no bias')
+        parser.add_argument('--context-dropout', type=float, metavar='P',
+                            help='not in the paper (an arm of the initialisation study): dropout on '
+                                 'the projected context C U in training, the same dropped C U in Eq. 5 '
+                                 'and Eq. 6; regularises only the added projections. Default: 0 (none)')
         # fmt: on
 
     @classmethod
@@ -426,6 +436,9 @@ def validate_context_args(args) -> None:
             problems.append("--context-gate-bias is a bias inside the gate of Eq. 6, which --no-context-gate removes")
         if not math.isfinite(gate_bias):
             problems.append(f"--context-gate-bias must be finite, got {gate_bias!r}")
+    context_dropout = args.context_dropout
+    if not (math.isfinite(context_dropout) and 0.0 <= context_dropout < 1.0):
+        problems.append(f"--context-dropout must be in [0, 1), got {context_dropout!r}")
     if problems:
         raise ValueError("transformer_context_aware: " + "; ".join(problems))
     if args.encoder_context == "none" and args.decoder_context == "none":
@@ -480,6 +493,8 @@ def context_aware_base_architecture(args):
     _set_default(args, "context_init", "glorot" if args.no_context_gate else "gate_half")
     # not in the paper, never on by default (older checkpoints have no value: no bias)
     _set_default(args, "context_gate_bias", None)
+    # not in the paper, never on by default (older checkpoints have no value: none)
+    _set_default(args, "context_dropout", 0.0)
     base_architecture(args)
 
 

@@ -19,6 +19,11 @@ they scatter around 0.5, so the stock logits Q K^T start scaled by (1 - lq)(1 - 
 V = 0). With V = 0 and b = -4 every gate starts at sigmoid(-4) ~ 0.018: (almost) the stock
 attention. Never the default.
 
+Not in the paper either: optional dropout on the projected context C U (``context_dropout``),
+a regulariser of the added projections only (U, and V^C through the gate): the same dropped
+C U enters Eq. 5 and Eq. 6. For a global context C U is one vector per sentence, so one mask
+per sentence, shared by its positions. Training only; 0 (the default) is the paper.
+
 Tensors are time-first (T x B x C) as in fairseq; padding masks are B x T with True
 at padding positions. Nothing here imports fairseq.
 """
@@ -188,6 +193,9 @@ class ContextualQueryKey(nn.Module):
             (``self.gate_bias``, shape (n_targets,), starting at b0): NOT in the paper, a
             diagnostic start for the initialisation study (with ``init="gate_half"`` and
             b0 = -4 every gate starts at sigmoid(-4) ~ 0.018, near the stock attention).
+        context_dropout: NOT in the paper: the probability of dropping an entry of C U in
+            training (inverted dropout, no parameter, no draw at build time); 0 (default)
+            is Eq. 5-6 as written.
 
     With both kinds of context ("deep_global+deep") each has its own bias-free
     projection and the two are summed into one C U (one gate), as in the authors'
@@ -204,6 +212,7 @@ class ContextualQueryKey(nn.Module):
         gated: bool = True,
         init: str = "glorot",
         gate_bias: Optional[float] = None,
+        context_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         if apply_to not in CONTEXT_TARGETS:
@@ -216,6 +225,9 @@ class ContextualQueryKey(nn.Module):
             if not math.isfinite(gate_bias):
                 raise ValueError(f"gate_bias must be finite, got {gate_bias!r}")
             gate_bias = float(gate_bias)
+        if not (math.isfinite(context_dropout) and 0.0 <= context_dropout < 1.0):
+            raise ValueError(f"context_dropout must be in [0, 1), got {context_dropout!r}")
+        self.context_dropout = float(context_dropout)
         self.init = init
         self.initial_gate_bias = gate_bias
         if global_blocks == 0 and deep_blocks == 0:
@@ -307,6 +319,9 @@ class ContextualQueryKey(nn.Module):
         ungated. A target that is not contextualised is returned unchanged.
         """
         projected = self.project_context(global_context, deep_context)
+        if self.training and self.context_dropout > 0:
+            # not in the paper: one dropped C U for both Eq. 5 and Eq. 6
+            projected = F.dropout(projected, self.context_dropout, training=True)
         context_parts = projected.split(self.embed_dim, dim=-1)
         inputs = {"query": query, "key": key}
         outputs = dict(inputs)

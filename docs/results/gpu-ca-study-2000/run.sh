@@ -8,6 +8,11 @@
 # --valid-bleu; set to the empty string: no valid-set decodes; any other value is passed on as
 # an argument), NO_BENCH (set to any value, 0 included: no benchmark). The 3,000-update run of
 # docs/results/gpu-ca-study-3000/: UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1.
+# CONFIGS: the configs of fairseq_ctx/configs/init_study/ to train, as --configs patterns
+# (space-separated; default "00-* 02-*"). The capacity / regularisation arms after the
+# 3,000-update study (13: transformer with context-aware's parameter count, 14: gate_half with
+# dropout on C U), against the seeds 6-10 records of 00 / 02: CONFIGS="13-* 14-*"
+# SEEDS="6 7 8 9 10" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1 STUDY=--train-loss.
 # The kit it installs from (.gpu/, untracked, carried to the machine with work/demo/data):
 # scripts/gpu/make-lease-kit.sh (runs before 2026-11-27 used a hand-made .gpu/ holding a copy
 # of the extension builder, which was committed beside this script; it is
@@ -52,9 +57,10 @@ log "setup done"
 C=$W/src/fairseq_ctx/configs
 S=$W/study
 mkdir -p "$S"
+read -r -a CONFIG_PATTERNS <<<"${CONFIGS:-00-* 02-*}"  # no globbing here: quality-compare matches them
 # shellcheck disable=SC2086
 setsid "$PY" -m fairseq_ctx.quality_compare --data-dir "$W/data" --config-dir "$C/init_study" \
-    --common "$C/demo/train.common" --configs '00-*' '02-*' --seeds ${SEEDS:-1 2 3 4 5} \
+    --common "$C/demo/train.common" --configs "${CONFIG_PATTERNS[@]}" --seeds ${SEEDS:-1 2 3 4 5} \
     --updates "${UPDATES:-2000}" --curve-updates ${CURVE:-1200} ${VALID_BLEU---valid-bleu} --threads 1 \
     --jobs 10 --out-dir "$S" \
     --json "$S/quality.json" --markdown "$S/table.md" --curve-png "$S/curves.png" ${STUDY:-} \
