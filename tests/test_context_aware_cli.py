@@ -2,7 +2,8 @@
 beam search, interactive), with context on both sides so that beam search reorders the
 decoder's running prefix sums as well as the attention caches. With the (not-in-the-paper) gate
 bias, so that its parameter goes through a checkpoint, a resume, generate and interactive too, and
-dropout on C U (not in the paper either), trained with and switched off in generation
+dropout on C U (not in the paper either), so that a model trained with it goes the same road (that it
+is the identity in generation is pinned by tests/test_context_aware_model.py)
 (without it, the demo's context-aware row is trained and translated in tests/test_demo.py)."""
 import fairseq_ctx.models  # noqa: F401
 

@@ -415,9 +415,9 @@ def test_layer_run_out_of_order_fails_loudly():
 
 
 def test_context_dropout_reaches_every_contextualised_layer_and_acts_only_in_training():
-    """--context-dropout (not in the paper) is given to every contextualiser of both stacks; with
-    every other dropout off, a model with it and one without, same weights, agree in eval mode
-    and differ in training mode (where module-level tests pin what it drops)."""
+    """--context-dropout (not in the paper) is given to every contextualiser of both stacks, each
+    under its own stream; with every other dropout off, a model with it and one without, same
+    weights, agree in eval mode and differ in training mode (module tests pin what it drops)."""
     options = [*context("deep_global+deep", "deep_global+deep"), "--attention-dropout", "0"]
     plain = tiny_model(*options)
     dropped = tiny_model(*options, "--context-dropout", "0.3")
@@ -425,6 +425,8 @@ def test_context_dropout_reaches_every_contextualised_layer_and_acts_only_in_tra
     contextualisers = [layer.self_attn.contextualizer for side in (dropped.encoder, dropped.decoder)
                        for layer in side.layers]
     assert [c.context_dropout for c in contextualisers] == [0.3] * 6
+    assert [c.dropout_stream for c in contextualisers] == [
+        f"{side}.layers.{i}.self_attn.contextualizer" for side in ("encoder", "decoder") for i in range(3)]
     assert {layer.self_attn.contextualizer.context_dropout
             for side in (plain.encoder, plain.decoder) for layer in side.layers} == {0.0}
     src_tokens, src_lengths, prev, _ = random_batch(plain, (7, 3, 5), (4, 6, 2))
@@ -443,6 +445,41 @@ def test_context_dropout_reaches_every_contextualised_layer_and_acts_only_in_tra
         got = decoder_logits(dropped, src_tokens, src_lengths, prev)
     torch.testing.assert_close(again, expected, rtol=0, atol=0)  # nothing else random in training
     assert (got - expected).abs().max() > 1e-3
+
+
+def test_context_dropout_leaves_the_stock_dropout_masks_of_a_training_step_as_without_it():
+    """Paired training noise (like the controlled start): with --dropout and --attention-dropout
+    on, a training forward of the model with --context-dropout leaves the global RNG exactly where
+    the model without it does, so at one seed the two runs draw the same stock masks throughout."""
+    options = [*context("deep_global+deep", "deep"), "--dropout", "0.1", "--attention-dropout", "0.1"]
+    plain = tiny_model(*options)
+    dropped = tiny_model(*options, "--context-dropout", "0.3")
+    dropped.load_state_dict(plain.state_dict())
+    src_tokens, src_lengths, prev, _ = random_batch(plain, (7, 3, 5), (4, 6, 2))
+    states = []
+    with torch.no_grad():
+        for model in (plain, dropped):
+            model.train()
+            torch.manual_seed(8)
+            decoder_logits(model, src_tokens, src_lengths, prev)
+            states.append(torch.get_rng_state())
+    assert torch.equal(*states)
+
+
+def test_retain_dropout_keeps_the_context_dropout_on_in_generation():
+    """fairseq-generate --retain-dropout goes through the model's make_generation_fast_, which
+    reaches every contextualiser (as it reaches fairseq's own dropout modules)."""
+    options = [*context("deep_global+deep", "deep_global+deep"), "--context-dropout", "0.3"]
+    model = tiny_model(*options)
+    src_tokens, src_lengths, prev, _ = random_batch(model, (7, 3, 5), (4, 6, 2))
+    model.make_generation_fast_(retain_dropout=True, retain_dropout_modules=["ContextualQueryKey"])
+    assert not model.training
+    with torch.no_grad():
+        first = decoder_logits(model, src_tokens, src_lengths, prev)
+        second = decoder_logits(model, src_tokens, src_lengths, prev)
+    assert (first - second).abs().max() > 1e-3
+    assert all(layer.self_attn.contextualizer.apply_dropout_during_inference
+               for side in (model.encoder, model.decoder) for layer in side.layers)
 
 
 def test_checkpoints_without_the_not_in_the_paper_options_build_the_paper_model():

@@ -300,18 +300,23 @@ def _dropped_context(plain, contextualised, gate):
     return (contextualised - (1 - lam) * plain) / lam
 
 
+def dropping(p, *blocks, **kwargs):
+    return ContextualQueryKey(D, *blocks, context_dropout=p, dropout_stream="layer", **kwargs).double().train()
+
+
 @pytest.mark.parametrize("apply_to", ["both", "query", "key"])
 def test_context_dropout_drops_entries_of_c_u_and_eq6_sees_the_dropped_c_u(apply_to):
     """In training, what Eq. 5 mixes in is C U with each entry either dropped (0) or scaled by
-    1 / (1 - p), and the gate of Eq. 6 is computed from that same dropped C U."""
+    1 / (1 - p), about a fraction p of them dropped, and the gate of Eq. 6 is computed from that
+    same dropped C U."""
     torch.manual_seed(0)
-    p = 0.5
-    module = ContextualQueryKey(D, 2, 3, apply_to=apply_to, context_dropout=p).double().train()
-    q, k, global_ctx, deep_ctx = _contexts()
+    p, T, B = 0.2, 40, 10  # 2,400 entries per target: the dropped fraction within 0.04 of p is ~5 sd
+    module = dropping(p, 2, 3, apply_to=apply_to)
+    q, k, global_ctx, deep_ctx = _contexts(T=T, B=B)
     q_hat, k_hat, gates = module(q, k, global_ctx, deep_ctx)
-    C = torch.cat([global_ctx.expand(5, 3, -1), deep_ctx], dim=-1)
+    C = torch.cat([global_ctx.expand(T, B, -1), deep_ctx], dim=-1)
     outputs = {"query": (q, q_hat), "key": (k, k_hat)}
-    dropped_fraction = []
+    masks = []
     for i, target in enumerate(module.targets):
         plain, got = outputs[target]
         U = torch.cat([fused_block(module.global_proj.weight, i), fused_block(module.deep_proj.weight, i)], dim=0)
@@ -320,21 +325,23 @@ def test_context_dropout_drops_entries_of_c_u_and_eq6_sees_the_dropped_c_u(apply
         kept = (d - cu / (1 - p)).abs() < 1e-9
         dropped = d.abs() < 1e-9
         assert bool((kept | dropped).all()), "an entry is neither dropped nor scaled by 1 / (1 - p)"
-        dropped_fraction.append(dropped.double().mean().item())
+        assert abs(dropped.double().mean().item() - p) < 0.04, dropped.double().mean().item()
+        masks.append(dropped)
         # Eq. 6 with the dropped C U
         lam = torch.sigmoid(plain @ module.gate_input[i].detach() + d @ module.gate_context[i].detach())
         torch.testing.assert_close(gates[..., i].double(), lam)
     for untouched in set(outputs) - set(module.targets):
         plain, got = outputs[untouched]
         assert torch.equal(plain, got)
-    assert all(0.3 < fraction < 0.7 for fraction in dropped_fraction), dropped_fraction
+    if len(masks) == 2:
+        assert not torch.equal(masks[0], masks[1])  # Q's and K's C U dropped independently
 
 
 def test_context_dropout_of_a_global_context_drops_one_vector_per_sentence():
     """A global context is one C U per sentence (broadcast over its positions), so a dropped
     entry is dropped at every position of that sentence."""
     torch.manual_seed(1)
-    module = ContextualQueryKey(D, 2, 0, init="gate_half", context_dropout=0.5).double().train()
+    module = dropping(0.5, 2, 0, init="gate_half")
     q, k, global_ctx, _ = _contexts()
     q_hat, _, gates = module(q, k, global_ctx, None)
     d = _dropped_context(q, q_hat, gates[..., 0].double())  # every gate 0.5 (V = 0)
@@ -346,16 +353,73 @@ def test_context_dropout_of_a_global_context_drops_one_vector_per_sentence():
 def test_context_dropout_is_the_identity_in_eval_mode():
     torch.manual_seed(2)
     plain = ContextualQueryKey(D, 2, 3).double().eval()
-    dropped = ContextualQueryKey(D, 2, 3, context_dropout=0.5).double().eval()
+    dropped = dropping(0.5, 2, 3).eval()
     dropped.load_state_dict(plain.state_dict())
     for got, expected in zip(dropped(*_contexts()), plain(*_contexts())):
         assert torch.equal(got, expected)
 
 
+def test_context_dropout_never_draws_from_the_global_generator():
+    """Controlled training noise: with the option the global RNG ends a training forward where it
+    started, so every stock dropout mask of the model is the one it would be without it."""
+    module = dropping(0.5, 2, 3)
+    torch.manual_seed(11)
+    before = torch.get_rng_state()
+    module(*_contexts())
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_context_dropout_masks_are_reproducible_and_differ_between_calls_and_modules():
+    """The mask depends on (the global generator's last seed, the module's stream, the calls
+    since that seed was set): the same in a fresh module (a resumed run: fairseq reseeds with
+    --seed + the update number before each update), new on the next call and after the next
+    update's seed, other for another module."""
+    def mask_of(module):
+        q, k, global_ctx, deep_ctx = _contexts()
+        q_hat, _, gates = module(q, k, global_ctx, deep_ctx)
+        return _dropped_context(q, q_hat.detach(), gates[..., 0].double()).abs() < 1e-9
+
+    def twin(stream="layer"):
+        module = dropping(0.5, 2, 3)
+        module.dropout_stream = stream
+        module.load_state_dict(first.state_dict())
+        return module
+
+    first = dropping(0.5, 2, 3)
+    torch.manual_seed(3)
+    a1, a2 = mask_of(first), mask_of(first)
+    torch.manual_seed(4)
+    next_update = mask_of(first)
+    torch.manual_seed(3)
+    assert torch.equal(mask_of(twin()), a1)
+    torch.manual_seed(3)
+    other_module = mask_of(twin("another layer"))
+    assert not torch.equal(a1, a2) and not torch.equal(a1, next_update) and not torch.equal(a1, other_module)
+
+
+def test_retain_dropout_keeps_the_context_dropout_on_in_inference():
+    """fairseq's --retain-dropout calls make_generation_fast_(retain_dropout=True, ...) on every
+    module that has it; by default, or when this class is named, the context dropout stays on."""
+    for modules, on in ((None, True), (["ContextualQueryKey"], True), (["FairseqDropout"], False)):
+        module = dropping(0.5, 2, 3).eval()
+        module.make_generation_fast_(name="encoder.layers.1.self_attn.contextualizer",
+                                     retain_dropout=True, retain_dropout_modules=modules)
+        outputs = [module(*_contexts())[0] for _ in range(2)]
+        assert (not torch.equal(*outputs)) == on, modules
+    module = dropping(0.5, 2, 3).eval()
+    module.make_generation_fast_(name="x", retain_dropout=False)
+    assert torch.equal(module(*_contexts())[0], module(*_contexts())[0])
+
+
 @pytest.mark.parametrize("value", [-0.1, 1.0, float("nan")])
 def test_context_dropout_must_be_a_probability_below_one(value):
     with pytest.raises(ValueError, match=r"context_dropout must be in \[0, 1\)"):
-        ContextualQueryKey(D, 1, 0, context_dropout=value)
+        ContextualQueryKey(D, 1, 0, context_dropout=value, dropout_stream="layer")
+
+
+def test_context_dropout_needs_a_stream_name():
+    with pytest.raises(ValueError, match="context_dropout needs a dropout_stream"):
+        ContextualQueryKey(D, 1, 0, context_dropout=0.1)
 
 
 @pytest.mark.parametrize("init", CONTEXT_INITS)
@@ -364,7 +428,7 @@ def test_context_dropout_adds_no_parameter_and_no_draw_at_build_time(init):
     plain = ContextualQueryKey(D, 2, 3, init=init)
     plain_rng = torch.get_rng_state()
     torch.manual_seed(5)
-    dropped = ContextualQueryKey(D, 2, 3, init=init, context_dropout=0.3)
+    dropped = ContextualQueryKey(D, 2, 3, init=init, context_dropout=0.3, dropout_stream="layer")
     assert torch.equal(torch.get_rng_state(), plain_rng)
     assert list(dropped.state_dict()) == list(plain.state_dict())
     for (name, value), (_, other) in zip(plain.named_parameters(), dropped.named_parameters()):

@@ -98,7 +98,7 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
             with added_parameters(f"{name}.contextualizer"):
                 self.contextualizer = ContextualQueryKey(
                     self.embed_dim, global_blocks, deep_blocks, apply_to, gated, init=init, gate_bias=gate_bias,
-                    context_dropout=context_dropout,
+                    context_dropout=context_dropout, dropout_stream=f"{name}.contextualizer",
                 )
         self.gate_statistics: Optional[GateStatistics] = None
 
@@ -367,8 +367,10 @@ class ContextAwareTransformerModel(TransformerModel):
                                  'with "=": --context-gate-bias=-1e-3). Default: no bias')
         parser.add_argument('--context-dropout', type=float, metavar='P',
                             help='not in the paper (an arm of the initialisation study): dropout on '
-                                 'the projected context C U in training, the same dropped C U in Eq. 5 '
-                                 'and Eq. 6; regularises only the added projections. Default: 0 (none)')
+                                 'the projected context C U in training (and under --retain-dropout), '
+                                 'the same dropped C U in Eq. 5 and Eq. 6: noise on the added term, '
+                                 'its masks from a private generator (the stock dropout masks stay as '
+                                 'without it). Default: 0 (none)')
         # fmt: on
 
     @classmethod

@@ -20,13 +20,19 @@ V = 0). With V = 0 and b = -4 every gate starts at sigmoid(-4) ~ 0.018: (almost)
 attention. Never the default.
 
 Not in the paper either: optional dropout on the projected context C U (``context_dropout``),
-a regulariser of the added projections only (U, and V^C through the gate): the same dropped
-C U enters Eq. 5 and Eq. 6. For a global context C U is one vector per sentence, so one mask
-per sentence, shared by its positions. Training only; 0 (the default) is the paper.
+noise on the added term of Eq. 5: the same dropped C U enters Eq. 5 and Eq. 6. It is aimed at
+the added projections (U, V^C) but, through Q^ and K^ and the gradients, reaches W_Q, W_K and
+the layers below (C's sources) too. When C U is one vector per sentence (an encoder ``global``
+or ``deep_global`` context without ``deep``) the mask is one per sentence, shared by its
+positions; otherwise one per position. Training only (and under fairseq's --retain-dropout);
+0 (the default) is the paper. Its masks come from a private generator, so the global RNG, and
+with it every stock dropout mask, stays as without the option: at one seed a run with it and
+one without see the same stock dropout noise.
 
 Tensors are time-first (T x B x C) as in fairseq; padding masks are B x T with True
 at padding positions. Nothing here imports fairseq.
 """
+import hashlib
 import math
 from typing import Dict, List, Optional, Tuple
 
@@ -196,6 +202,8 @@ class ContextualQueryKey(nn.Module):
         context_dropout: NOT in the paper: the probability of dropping an entry of C U in
             training (inverted dropout, no parameter, no draw at build time); 0 (default)
             is Eq. 5-6 as written.
+        dropout_stream: the name the dropout masks are drawn under (needed with
+            context_dropout > 0; the glue passes the module's path in the model).
 
     With both kinds of context ("deep_global+deep") each has its own bias-free
     projection and the two are summed into one C U (one gate), as in the authors'
@@ -213,6 +221,7 @@ class ContextualQueryKey(nn.Module):
         init: str = "glorot",
         gate_bias: Optional[float] = None,
         context_dropout: float = 0.0,
+        dropout_stream: Optional[str] = None,
     ) -> None:
         super().__init__()
         if apply_to not in CONTEXT_TARGETS:
@@ -227,7 +236,15 @@ class ContextualQueryKey(nn.Module):
             gate_bias = float(gate_bias)
         if not (math.isfinite(context_dropout) and 0.0 <= context_dropout < 1.0):
             raise ValueError(f"context_dropout must be in [0, 1), got {context_dropout!r}")
+        if context_dropout > 0 and not dropout_stream:
+            # unnamed, two layers with C U of one shape would draw the same masks
+            raise ValueError("context_dropout needs a dropout_stream: a name unique to this module "
+                             "(e.g. its path in the model), which its masks are drawn from")
         self.context_dropout = float(context_dropout)
+        self.dropout_stream = dropout_stream
+        self.apply_dropout_during_inference = False  # fairseq's --retain-dropout (make_generation_fast_)
+        self._dropout_run_seed: Optional[int] = None
+        self._dropout_calls = 0
         self.init = init
         self.initial_gate_bias = gate_bias
         if global_blocks == 0 and deep_blocks == 0:
@@ -306,6 +323,37 @@ class ContextualQueryKey(nn.Module):
         assert projected is not None
         return projected
 
+    def _mask_seed(self) -> int:
+        """A seed for this call's mask from (the global generator's last seed, this module's
+        stream, the calls since that seed was set). fairseq seeds the global generator with
+        --seed + the update number before every update, so the masks are reproducible (and
+        the same after a resume) and differ between micro-batches, updates and modules,
+        while the global generator is never drawn from. (Setting the same seed value twice in
+        one process does not restart the count: only a new value is seen.)"""
+        run_seed = torch.initial_seed()
+        if run_seed != self._dropout_run_seed:
+            self._dropout_run_seed, self._dropout_calls = run_seed, 0
+        self._dropout_calls += 1
+        text = f"fairseq_ctx/context_dropout/{run_seed}/{self.dropout_stream}/{self._dropout_calls}"
+        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & ((1 << 63) - 1)
+
+    def drop_context(self, projected: Tensor) -> Tensor:
+        """Inverted dropout of C U (each entry kept with probability 1 - p and scaled by
+        1 / (1 - p)), its mask from a private generator on C U's device."""
+        generator = torch.Generator(device=projected.device)
+        generator.manual_seed(self._mask_seed())
+        keep = torch.empty_like(projected).bernoulli_(1.0 - self.context_dropout, generator=generator)
+        return projected * keep * (1.0 / (1.0 - self.context_dropout))
+
+    def make_generation_fast_(self, name: Optional[str] = None, retain_dropout: bool = False,
+                              retain_dropout_modules: Optional[List[str]] = None, **kwargs) -> None:
+        """fairseq's --retain-dropout / --retain-dropout-modules (called by the model's
+        ``make_generation_fast_``, as for fairseq's own dropout modules): keep the context
+        dropout on in inference when asked for, by this class's name."""
+        if retain_dropout and self.context_dropout > 0:
+            if retain_dropout_modules is None or type(self).__name__ in retain_dropout_modules:
+                self.apply_dropout_during_inference = True
+
     def forward(
         self,
         query: Tensor,
@@ -319,9 +367,9 @@ class ContextualQueryKey(nn.Module):
         ungated. A target that is not contextualised is returned unchanged.
         """
         projected = self.project_context(global_context, deep_context)
-        if self.training and self.context_dropout > 0:
+        if self.context_dropout > 0 and (self.training or self.apply_dropout_during_inference):
             # not in the paper: one dropped C U for both Eq. 5 and Eq. 6
-            projected = F.dropout(projected, self.context_dropout, training=True)
+            projected = self.drop_context(projected)
         context_parts = projected.split(self.embed_dim, dim=-1)
         inputs = {"query": query, "key": key}
         outputs = dict(inputs)

@@ -9,10 +9,11 @@
 # an argument), NO_BENCH (set to any value, 0 included: no benchmark). The 3,000-update run of
 # docs/results/gpu-ca-study-3000/: UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1.
 # CONFIGS: the configs of fairseq_ctx/configs/init_study/ to train, as --configs patterns
-# (space-separated; default "00-* 02-*"). The capacity / regularisation arms after the
-# 3,000-update study (13: transformer with context-aware's parameter count, 14: gate_half with
-# dropout on C U), against the seeds 6-10 records of 00 / 02: CONFIGS="13-* 14-*"
-# SEEDS="6 7 8 9 10" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1 STUDY=--train-loss.
+# (space-separated; default "00-* 02-*"). Put every config a comparison needs into one call:
+# runs of one seed pair only on one machine (and quality-compare pairs each config with the
+# first transformer config it is given). The dropout-on-C U arm after the 3,000-update study:
+# CONFIGS="02-* 14-*" SEEDS="1 2 3 4 5" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1
+# STUDY="--train-loss --pair 14-context_aware-context_dropout=02-context_aware-gate_half".
 # The kit it installs from (.gpu/, untracked, carried to the machine with work/demo/data):
 # scripts/gpu/make-lease-kit.sh (runs before 2026-11-27 used a hand-made .gpu/ holding a copy
 # of the extension builder, which was committed beside this script; it is
