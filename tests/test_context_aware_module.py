@@ -392,6 +392,8 @@ def test_context_dropout_masks_are_reproducible_and_differ_between_calls_and_mod
     next_update = mask_of(first)
     torch.manual_seed(3)
     assert torch.equal(mask_of(twin()), a1)
+    torch.manual_seed(4)  # a module that saw update 3 first (two calls) and one resumed at update 4
+    assert torch.equal(mask_of(twin()), next_update)
     torch.manual_seed(3)
     other_module = mask_of(twin("another layer"))
     assert not torch.equal(a1, a2) and not torch.equal(a1, next_update) and not torch.equal(a1, other_module)

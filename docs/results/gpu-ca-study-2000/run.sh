@@ -11,9 +11,11 @@
 # CONFIGS: the configs of fairseq_ctx/configs/init_study/ to train, as --configs patterns
 # (space-separated; default "00-* 02-*"). Put every config a comparison needs into one call:
 # runs of one seed pair only on one machine (and quality-compare pairs each config with the
-# first transformer config it is given). The dropout-on-C U arm after the 3,000-update study:
-# CONFIGS="02-* 14-*" SEEDS="1 2 3 4 5" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1
-# STUDY="--train-loss --pair 14-context_aware-context_dropout=02-context_aware-gate_half".
+# first transformer config it is given). The dropout-on-C U arm after the 3,000-update study,
+# with the transformer so that "does it close the remainder" pairs on one machine (9 runs):
+# CONFIGS="00-* 02-* 14-*" SEEDS="11 12 13" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1
+# STUDY="--train-loss --pair 14-context_aware-context_dropout=02-context_aware-gate_half"
+# (14 against 00 from the same report with --import-runs, without --pair).
 # The kit it installs from (.gpu/, untracked, carried to the machine with work/demo/data):
 # scripts/gpu/make-lease-kit.sh (runs before 2026-11-27 used a hand-made .gpu/ holding a copy
 # of the extension builder, which was committed beside this script; it is
