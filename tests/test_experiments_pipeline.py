@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from fairseq_ctx.analysis import model_statistics
 from fairseq_ctx.reproduce import runner, tables
 from tests.conftest import ROOT, TINY_TEST_SENTENCES, run, shadow_checkout
 
@@ -111,7 +112,31 @@ def test_gate_statistics_of_the_context_aware_model(distributed_run, tiny_corpus
     assert [r["layer"] for r in gates["encoder"]] == [1, 2] and [r["layer"] for r in gates["decoder"]] == [1, 2]
     for row in gates["encoder"] + gates["decoder"]:
         assert 0 < row["lambda_q"] < 1 and 0 < row["lambda_k"] < 1 and row["positions"] > 0
-    assert "lambda_Q" in (out / "gates.md").read_text()
+        assert all(row[name] > 0 for name in ("context_q", "context_k", "tv_context", "tv_stock"))
+    first = gates["encoder"][0]
+    assert (f"| encoder | 1 | {first['lambda_q']:.4f} | {first['lambda_k']:.4f} | {first['context_q']:.4f} | "
+            f"{first['context_k']:.4f} | {first['tv_context']:.4f} | {first['tv_stock']:.4f} | "
+            f"{first['positions']} |") in (out / "gates.md").read_text()
+    # --train-mode: the same batch with the model's dropout (0.1) on moves every statistic;
+    # its masks are seeded (--seed, default 1)
+    run([sys.executable, os.path.join(ROOT, "scripts", "analysis", "gate_statistics.py"), "--data",
+         str(tiny_corpus / "bin"), "--path", str(save_dir / "checkpoint_last.pt"), "--out-dir", str(out / "train"),
+         "--max-batches", "1", "--train-mode"])
+    train = json.load(open(out / "train" / "gates.json"))
+    assert train["mode"] == "train" and "train mode" in (out / "train" / "gates.md").read_text()
+    statistics = lambda **kw: model_statistics.gate_statistics(  # noqa: E731
+        str(save_dir / "checkpoint_last.pt"), str(tiny_corpus / "bin"), max_batches=1, **kw)
+    one_batch = {"eval": statistics(), "train": train, "train again": statistics(train_mode=True, seed=1),
+                 "seed 2": statistics(train_mode=True, seed=2)}
+    rows = {name: result["gates"]["encoder"] + result["gates"]["decoder"] for name, result in one_batch.items()}
+    assert len(rows["eval"]) == len(rows["train"]) == 4 and one_batch["eval"]["mode"] == "eval"
+    # the same masks in another process (float noise from thread counts aside)
+    assert rows["train again"] == [pytest.approx(row, rel=1e-7) for row in rows["train"]]
+    for eval_row, train_row, seed_2 in zip(rows["eval"], rows["train"], rows["seed 2"]):
+        assert eval_row["positions"] == train_row["positions"] == seed_2["positions"]
+        for name in ("lambda_k", "context_k", "tv_context"):
+            assert eval_row[name] != pytest.approx(train_row[name], rel=1e-7)
+            assert seed_2[name] != pytest.approx(train_row[name], rel=1e-7)
 
 
 def test_routing_statistics_of_the_cross_aggregation_model(tiny_corpus, tmp_path):

@@ -35,6 +35,9 @@ ARMS = {
     # not in the paper: gate_half (02) plus dropout on C U (regularises the added projections only)
     "14-context_aware-context_dropout": ("01-context_aware-glorot", "01-transformer_context_aware",
                                          ["--context-init", "gate_half", "--context-dropout", "0.3"]),
+    # the paper's deep context alone (Table 1), gate_half: no context in layer 1, no global part in layers 2-3
+    "15-context_aware-deep_only": ("01-context_aware-glorot", "01-transformer_context_aware",
+                                   ["--encoder-context", "deep", "--context-init", "gate_half"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
@@ -101,12 +104,20 @@ def test_config_builds(name):
     if "sentential" in name:
         assert model.encoder.g0_without_dropout == (parsed.sentential_g0 == "no_dropout")
     if "context_aware" in name:
-        biases = [layer.self_attn.contextualizer.gate_bias for layer in model.encoder.layers]
+        biases = [layer.self_attn.contextualizer.gate_bias for layer in model.encoder.layers
+                  if layer.self_attn.contextualizer is not None]
         if parsed.context_gate_bias is None:
             assert all(b is None for b in biases)
         else:
             assert all(torch.equal(b, torch.full((2,), parsed.context_gate_bias)) for b in biases)
+    if "deep_only" in name:
+        contextualizers = [layer.self_attn.contextualizer for layer in model.encoder.layers]
+        assert contextualizers[0] is None  # layer 1: stock self-attention
+        d = 128
+        assert all(c is not None and c.global_proj is None and c.deep_proj.in_features == i * d
+                   for i, c in enumerate(contextualizers[1:], start=1))
     if "context_dropout" in name:
-        rates = {layer.self_attn.contextualizer.context_dropout for layer in model.encoder.layers}
+        rates = {layer.self_attn.contextualizer.context_dropout for layer in model.encoder.layers
+                 if layer.self_attn.contextualizer is not None}
         assert rates == {parsed.context_dropout} and parsed.context_dropout > 0
 

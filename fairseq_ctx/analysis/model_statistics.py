@@ -2,7 +2,13 @@
 
 * Context-aware SANs (Yang et al. Figures 2-3): the average gating scalars lambda_Q /
   lambda_K per layer and side, through the model's own hook
-  (``record_context_gates`` / ``context_gate_means`` in transformer_context_aware.py).
+  (``record_context_gates`` / ``context_gate_means`` in transformer_context_aware.py);
+  beside them, what the context term lambda C U of Eq. 5 does to the attention, collected
+  with forward hooks (``ContextSizeRecorder``): its size against the rest of Q^ and K^, and
+  the total variation distance between the layer's attention and the one without the term
+  (the gate's shrinkage kept) and without Eq. 5-6 at all. A gate mean alone does not say
+  this: lambda also shrinks Q and K (a change of temperature with no context in it), and a
+  key shift shared by a whole sentence changes nothing.
 * Cross aggregation (Cao et al.): routing statistics per layer, collected with forward
   hooks on every ``CrossAggregation`` module (the model has no hook of its own): the
   vertical head weights lambda (Eq. 13, mean per head), the normalised entropy of the
@@ -10,9 +16,12 @@
   routed term relative to the logits it is added to (mean |Omega| / mean |E| over
   unmasked keys, Eq. 9).
 
-The model runs teacher-forced (as in validation) over ``--subset`` of ``--data``.
+The model runs teacher-forced (as in validation) over ``--subset`` of ``--data``, in
+eval mode, or with ``--train-mode`` as in training (every dropout on, including
+--context-dropout; no gradient; the global RNG seeded with ``--seed``); in fp32 whatever
+the precision the model was trained in.
 
-Usage: python scripts/analysis/gate_statistics.py --data BIN --path CKPT --out-dir DIR [--subset valid]
+Usage: python scripts/analysis/gate_statistics.py --data BIN --path CKPT --out-dir DIR [--subset valid] [--train-mode]
        python scripts/analysis/routing_statistics.py --data BIN --path CKPT --out-dir DIR
 """
 import argparse
@@ -56,15 +65,154 @@ def run_over(model, iterator, max_batches=None):
     return sentences
 
 
-def gate_statistics(path, data, subset="valid", max_batches=None):
+def gate_statistics(path, data, subset="valid", max_batches=None, train_mode=False, seed=1):
     model, iterator = load(path, data, subset)
     if not hasattr(model, "record_context_gates"):
         raise SystemExit(f"{path}: not a transformer_context_aware model (no record_context_gates hook)")
+    if train_mode:
+        torch.manual_seed(seed)  # the dropout masks (fairseq's and --context-dropout's)
+        model.train()
     model.record_context_gates(True)
-    sentences = run_over(model, iterator, max_batches)
-    means = model.context_gate_means()
-    model.record_context_gates(False)
-    return {"sentences": sentences, "gates": means}
+    sizes = ContextSizeRecorder(model._context_attentions())
+    try:
+        sentences = run_over(model, iterator, max_batches)
+        means = model.context_gate_means()
+    finally:
+        sizes.remove()
+        model.record_context_gates(False)
+        model.eval()
+    return {"sentences": sentences, "mode": "train" if train_mode else "eval",
+            "gates": merge_rows(means, sizes.table())}
+
+
+def merge_rows(gate_means, size_rows):
+    """One row per contextualised layer and side: the size statistics (every such layer,
+    with its position count) and the gate means where the layer is gated."""
+    merged = {}
+    for side in ("encoder", "decoder"):
+        gates = {row["layer"]: row for row in gate_means.get(side, [])}
+        rows = [{**gates.get(row["layer"], {}), **row} for row in size_rows.get(side, [])]
+        rows += [row for layer, row in gates.items() if layer not in {r["layer"] for r in rows}]
+        merged[side] = sorted(rows, key=lambda row: row["layer"])
+    return merged
+
+
+class ContextSizeRecorder:
+    """What the context term of Eq. 5 does to the attention, per (side, layer), over the
+    non-padding positions of teacher-forced (full-sequence) forwards. Eq. 5 writes
+    Q^ = (1 - lambda_Q) Q + lambda_Q C U_Q: the gate both shrinks Q (which changes the
+    attention's temperature, with or without context) and mixes in C U. Taking the gate as it
+    is, the layer without the context term has Q~ = (1 - lambda_Q) Q, K~ = (1 - lambda_K) K
+    (Q~ = Q ungated, as in footnote 1). Reported:
+
+    * ``context_q`` = rms(lambda_Q C U_Q) / rms(Q~): the context term against the rest;
+    * ``context_k``: the same for K, both terms less their sentence's mean over the
+      non-padding keys (a shift shared by every key moves a query's logits by a constant,
+      which the softmax cancels; in the decoder, where query i sees keys j <= i only, this
+      centring is approximate: trust the TVs there);
+    * ``tv_context``: the total variation distance 1/2 sum_j |p_j - p~_j| between the
+      layer's attention p (from Q^, K^) and p~ (from Q~, K~): what the context term changes;
+    * ``tv_stock``: the same against the attention from Q, K (the layer's own projections
+      with Eq. 5-6 left out): the gate's shrinkage and the context term together. Not a
+      transformer's attention: these weights were trained through Eq. 5-6.
+
+    TVs are per head, before attention dropout, averaged over heads and query positions (not
+    the TV of the head-averaged attention). Ratios are pooled over tokens (sums over every
+    position, then the ratio). In train mode Q^ and K^ are what training computes (the
+    dropped C U under --context-dropout). Hooks: the attention module's key_padding_mask
+    (B x T, True = padding) and attn_mask (the decoder's causal mask) are stashed by a
+    pre-hook and read by a hook on its contextualizer, whose inputs are (Q, K, ...) and
+    outputs (Q^, K^, gates); an incremental (one-step) call is skipped."""
+
+    def __init__(self, attentions):
+        self.sums = {}
+        self.handles = []
+        for side, attention in attentions:
+            key = (side, attention.layer_index)
+            stash = {}
+            self.handles.append(attention.register_forward_pre_hook(self._stash(stash), with_kwargs=True))
+            self.handles.append(attention.contextualizer.register_forward_hook(self._hook(key, stash, attention)))
+
+    @staticmethod
+    def _stash(stash):
+        def pre_hook(module, args, kwargs):
+            # MultiheadAttention.forward(query, key, value, key_padding_mask, incremental_state,
+            # need_weights, static_kv, attn_mask, ...): fairseq's layers pass them by keyword
+            def argument(name, position):
+                return kwargs[name] if name in kwargs else (args[position] if len(args) > position else None)
+            stash["padding"] = argument("key_padding_mask", 3)
+            stash["incremental"] = argument("incremental_state", 4) is not None
+            stash["attn_mask"] = argument("attn_mask", 7)
+        return pre_hook
+
+    def _hook(self, key, stash, attention):
+        @torch.no_grad()
+        def hook(module, inputs, outputs):
+            if stash.get("incremental"):
+                return
+            plain = {"query": inputs[0].double(), "key": inputs[1].double()}
+            hat = {"query": outputs[0].double(), "key": outputs[1].double()}
+            gates = outputs[2]
+            without = dict(plain)  # Eq. 5 without its context term
+            for index, target in enumerate(module.targets):
+                if gates is not None:
+                    without[target] = (1 - gates[..., index:index + 1].double()) * plain[target]
+            T, B, _ = plain["query"].shape
+            padding = stash.get("padding")
+            keep = (torch.ones(T, B, dtype=torch.bool, device=plain["query"].device) if padding is None else ~padding.t().to(torch.bool))  # T x B
+            weight = keep.unsqueeze(-1).double()
+
+            def centred(x):  # less the sentence's mean over its non-padding positions
+                return x - (x * weight).sum(0, keepdim=True) / weight.sum(0, keepdim=True).clamp_min(1)
+
+            sums = self.sums.setdefault(key, defaultdict(float))
+            sums["positions"] += int(keep.sum())
+            for name, term, rest in (("q", hat["query"] - without["query"], without["query"]),
+                                     ("k", centred(hat["key"] - without["key"]), centred(without["key"]))):
+                sums[f"term_{name}"] += term[keep].pow(2).sum().item()
+                sums[f"rest_{name}"] += rest[keep].pow(2).sum().item()
+            attention_mask = stash.get("attn_mask")
+            p = self._attention(hat["query"], hat["key"], attention, padding, attention_mask)
+            for name, (q, k) in (("tv_context", (without["query"], without["key"])),
+                                 ("tv_stock", (plain["query"], plain["key"]))):
+                other = self._attention(q, k, attention, padding, attention_mask)
+                tv = 0.5 * (p - other).abs().sum(-1).mean(1)  # B x T (query positions)
+                sums[name] += tv.t()[keep].sum().item()
+        return hook
+
+    @staticmethod
+    def _attention(q, k, attention, padding, attn_mask):
+        """softmax(Q K^T / sqrt(d_h) + masks) per head, as the model computes it: B x H x T x T."""
+        T, B, _ = q.shape
+        heads = lambda t: t.view(T, B, attention.num_heads, attention.head_dim).permute(1, 2, 0, 3)  # noqa: E731
+        scores = heads(q) @ heads(k).transpose(-1, -2) * attention.head_dim ** -0.5
+        if attn_mask is not None:
+            if attn_mask.dtype == torch.bool:
+                raise ValueError("a boolean attn_mask: fairseq passes additive float masks, which the model adds")
+            scores = scores + attn_mask.double()
+        if padding is not None:
+            scores = scores.masked_fill(padding.to(torch.bool).view(B, 1, 1, T), float("-inf"))
+        return scores.softmax(-1)
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+
+    def table(self):
+        """{side: [{"layer": l, "context_q": .., "context_k": .., "tv_context": .., "tv_stock": ..,
+        "positions": n}]}"""
+        result = defaultdict(list)
+        for (side, layer), sums in sorted(self.sums.items()):
+            positions = int(sums["positions"])
+            result[side].append({
+                "layer": layer,
+                "context_q": math.sqrt(sums["term_q"] / max(sums["rest_q"], 1e-300)),
+                "context_k": math.sqrt(sums["term_k"] / max(sums["rest_k"], 1e-300)),
+                "tv_context": sums["tv_context"] / max(positions, 1),
+                "tv_stock": sums["tv_stock"] / max(positions, 1),
+                "positions": positions,
+            })
+        return dict(result)
 
 
 class RoutingRecorder:
@@ -164,14 +312,21 @@ def write_gates(result, out_dir):
     rows, series = [], {}
     for side, layers in result["gates"].items():
         for row in layers:
-            rows.append((side, row["layer"], _fmt(row.get("lambda_q")), _fmt(row.get("lambda_k")), row["positions"]))
+            rows.append((side, row["layer"], _fmt(row.get("lambda_q")), _fmt(row.get("lambda_k")),
+                         *(_fmt(row.get(name)) for name in ("context_q", "context_k", "tv_context", "tv_stock")),
+                         row.get("positions", "")))
         for name in ("lambda_q", "lambda_k"):
             points = [(r["layer"], r[name]) for r in layers if name in r]
             if points:
                 series[f"{side} {name}"] = ([p[0] for p in points], [p[1] for p in points])
-    table = markdown_table(["side", "layer", "lambda_Q", "lambda_K", "positions"], rows)
+    table = markdown_table(["side", "layer", "lambda_Q", "lambda_K", "rms(lQ CU_Q)/rms((1-lQ) Q)",
+                            "rms(lK CU_K)/rms((1-lK) K), centred", "TV vs no context term", "TV vs Q, K",
+                            "positions"], rows)
+    table = (f"{result.get('mode', 'eval')} mode, {result['sentences']} sentences, non-padding positions; "
+             "TVs per head, averaged over heads and queries (see model_statistics.ContextSizeRecorder)\n\n" + table)
     _write(out_dir, "gates", result, table)
-    _plot(os.path.join(out_dir, "gates.png"), series, "average gate", "Context gates per layer (Yang et al. Fig. 2-3)")
+    title = "Context gates per layer (Yang et al. Fig. 2-3)" + (", train mode" if result.get("mode") == "train" else "")
+    _plot(os.path.join(out_dir, "gates.png"), series, "average gate", title)
     return table
 
 
@@ -209,12 +364,18 @@ def main(kind, argv=None):
     parser.add_argument("--subset", default="valid")
     parser.add_argument("--max-batches", type=int, default=None)
     parser.add_argument("--out-dir", required=True)
+    if kind == "gates":
+        parser.add_argument("--train-mode", action="store_true",
+                            help="run as in training: every dropout on (incl. --context-dropout), no gradient")
+        parser.add_argument("--seed", type=int, default=1,
+                            help="seeds the dropout masks of --train-mode (no effect without it)")
     args = parser.parse_args(argv)
     for path in (args.data, args.path):
         if not os.path.exists(path):
             parser.error(f"not found: {path}")
     if kind == "gates":
-        table = write_gates(gate_statistics(args.path, args.data, args.subset, args.max_batches), args.out_dir)
+        table = write_gates(gate_statistics(args.path, args.data, args.subset, args.max_batches,
+                                            args.train_mode, args.seed), args.out_dir)
     else:
         table = write_routing(routing_statistics(args.path, args.data, args.subset, args.max_batches), args.out_dir)
     print(table)
