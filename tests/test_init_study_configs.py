@@ -121,3 +121,17 @@ def test_config_builds(name):
                  if layer.self_attn.contextualizer is not None}
         assert rates == {parsed.context_dropout} and parsed.context_dropout > 0
 
+
+
+@pytest.mark.parametrize("name", sorted(ARMS))
+def test_arm_starts_from_the_transformers_weights_at_the_same_seed(name):
+    """The study's pairing, as its runs build the models (the arms' own args files, the
+    study's dims): at one seed every tensor an arm shares with 00-transformer is 00's."""
+    from tests.test_controlled_start import build, compare
+
+    study = configs()
+    stock, _ = build(study["00-transformer"], seed=3)
+    arm, _ = build(study[name], seed=3)
+    shared, identical, missing = compare(stock, arm)
+    assert not missing and len(shared) == len(stock) > 50
+    assert identical == shared, sorted(set(shared) - set(identical))
