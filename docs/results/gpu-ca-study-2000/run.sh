@@ -15,7 +15,11 @@
 # with the transformer so that "does it close the remainder" pairs on one machine (9 runs):
 # CONFIGS="00-* 02-* 14-*" SEEDS="11 12 13" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1
 # STUDY="--train-loss --pair 14-context_aware-context_dropout=02-context_aware-gate_half"
-# (14 against 00 from the same report with --import-runs, without --pair).
+# (14 against 00 from the same report with --import-runs, without --pair). With the deep-context-
+# alone arm as well (8 runs per call; --pair may be given several times):
+# CONFIGS="00-* 02-* 14-* 15-*" SEEDS="11 12" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1
+# STUDY="--train-loss --pair 14-context_aware-context_dropout=02-context_aware-gate_half
+#        --pair 15-context_aware-deep_only=02-context_aware-gate_half"
 # The kit it installs from (.gpu/, untracked, carried to the machine with work/demo/data):
 # scripts/gpu/make-lease-kit.sh (runs before 2026-11-27 used a hand-made .gpu/ holding a copy
 # of the extension builder, which was committed beside this script; it is
