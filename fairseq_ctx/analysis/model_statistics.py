@@ -92,7 +92,8 @@ def merge_rows(gate_means, size_rows):
     for side in ("encoder", "decoder"):
         gates = {row["layer"]: row for row in gate_means.get(side, [])}
         rows = [{**gates.get(row["layer"], {}), **row} for row in size_rows.get(side, [])]
-        rows += [row for layer, row in gates.items() if layer not in {r["layer"] for r in rows}]
+        sized = {row["layer"] for row in rows}
+        rows += [row for layer, row in gates.items() if layer not in sized]
         merged[side] = sorted(rows, key=lambda row: row["layer"])
     return merged
 
@@ -159,7 +160,10 @@ class ContextSizeRecorder:
                     without[target] = (1 - gates[..., index:index + 1].double()) * plain[target]
             T, B, _ = plain["query"].shape
             padding = stash.get("padding")
-            keep = (torch.ones(T, B, dtype=torch.bool, device=plain["query"].device) if padding is None else ~padding.t().to(torch.bool))  # T x B
+            if padding is None:
+                keep = torch.ones(T, B, dtype=torch.bool, device=plain["query"].device)
+            else:
+                keep = ~padding.t().to(torch.bool)  # T x B
             weight = keep.unsqueeze(-1).double()
 
             def centred(x):  # less the sentence's mean over its non-padding positions
