@@ -120,6 +120,12 @@ VARIANTS = {
         "lstm_multihop",
         ["--attention-heads", "2", "--attention-hops", "1", "--share-decoder-input-output-embed"],
     ),
+    # transformer_extra_ffn (the study's capacity control): extra encoder FFN units
+    "xf-24": ("transformer_extra_ffn", ["--encoder-extra-ffn-units", "24"]),
+    "xf-1-prenorm-shared-emb": (
+        "transformer_extra_ffn",
+        ["--encoder-extra-ffn-units", "1", "--encoder-normalize-before", "--share-all-embeddings"],
+    ),
 }
 
 # Shared tensors that legitimately differ in shape from the stock model's, so are added
@@ -240,10 +246,12 @@ STOCK_OF = {"transformer_context_aware": "transformer", "transformer_cross_agg":
             "transformer_sentential": "transformer", "lstm_multihop": "lstm",
             "transformer_context_aware_big": "transformer_vaswani_wmt_en_de_big",
             "transformer_cross_agg_big": "transformer_vaswani_wmt_en_de_big",
-            "transformer_sentential_big": "transformer_vaswani_wmt_en_de_big"}
+            "transformer_sentential_big": "transformer_vaswani_wmt_en_de_big",
+            "transformer_extra_ffn": "transformer"}
 
 
-OUR_FAMILIES = ("transformer_context_aware", "transformer_cross_agg", "transformer_sentential", "lstm_multihop")
+OUR_FAMILIES = ("transformer_context_aware", "transformer_cross_agg", "transformer_sentential", "lstm_multihop",
+                "transformer_extra_ffn")
 # the options our four architectures add (what fairseq's stock parser must not know)
 MECHANISM_OPTIONS = {
     "--encoder-context", "--decoder-context", "--context-apply", "--no-context-gate", "--context-init",
@@ -252,6 +260,7 @@ MECHANISM_OPTIONS = {
     "--routing-init", "--routing-iters", "--routing-ramp-updates", "--routing-stop-gradient",
     "--sentential-global", "--sentential-deep", "--sentential-g0",
     "--attention-heads", "--attention-hops", "--hop-mode", "--hop-learned-score-vector",
+    "--encoder-extra-ffn-units",
 }
 # decided by the hardware SETTING, which fairseq-ctx-train / -reproduce put after the config
 SETTING_KEYS = {"max_tokens", "max_tokens_valid", "update_freq", "batch_size", "batch_size_valid", "fp16", "bf16",
@@ -405,6 +414,7 @@ def test_fairseq_train_cli_builds_stock_identical_starts(tmp_path):
                                                             "--routing-stop-gradient"]),
         "lstm": stock_options("lstm_multihop", []),
         "multihop": arch_options("lstm_multihop", ["--attention-heads", "2", "--attention-hops", "2"]),
+        "extra_ffn": arch_options("transformer_extra_ffn", ["--encoder-extra-ffn-units", "8"]),
     }
     plan = [(str(tmp_path / f"{name}.pt"), [*common, *argv]) for name, argv in runs.items()]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -413,7 +423,8 @@ def test_fairseq_train_cli_builds_stock_identical_starts(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     built = {name: torch.load(tmp_path / f"{name}.pt", weights_only=False) for name in runs}
     for arch, stock in (("context_aware", "transformer"), ("sentential", "transformer"),
-                        ("sentential_g0", "transformer"), ("cross_agg", "transformer"), ("multihop", "lstm")):
+                        ("sentential_g0", "transformer"), ("cross_agg", "transformer"), ("multihop", "lstm"),
+                        ("extra_ffn", "transformer")):
         shared, identical, missing = compare(built[stock]["state"], built[arch]["state"])
         assert set(missing) <= MULTIHOP_RESHAPED
         assert len(shared) > 10 and identical == shared, (

@@ -44,6 +44,9 @@ ARMS = {
     "08-cross_agg-stop_gradient": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-stop-gradient"]),
     "09-sentential-paper": ("09-sentential-paper", "07-transformer_sentential", []),  # default g0: after dropout
     "10-sentential-g0_no_dropout": ("09-sentential-paper", "07-transformer_sentential", ["--sentential-g0", "no_dropout"]),
+    # the capacity control: the transformer with 02's added parameter count as extra encoder FFN units
+    "16-transformer-extra_ffn": ("00-transformer", "00-transformer",
+                                 ["--arch", "transformer_extra_ffn", "--encoder-extra-ffn-units", "384"]),
 }
 
 
@@ -120,6 +123,16 @@ def test_config_builds(name):
         rates = {layer.self_attn.contextualizer.context_dropout for layer in model.encoder.layers
                  if layer.self_attn.contextualizer is not None}
         assert rates == {parsed.context_dropout} and parsed.context_dropout > 0
+    if "extra_ffn" in name:
+        # as many added parameters as the context-aware arm 02 adds (within 0.2 %), all of
+        # them in the encoder FFNs' extra units
+        stock, _ = build_model(configs()["00-transformer"], vocab_size=30)
+        context_aware, _ = build_model(configs()["02-context_aware-gate_half"], vocab_size=30)
+        count = lambda m: sum(p.numel() for p in m.parameters())
+        added, added_by_02 = count(model) - count(stock), count(context_aware) - count(stock)
+        assert added == 3 * parsed.encoder_extra_ffn_units * (128 + 1 + 128)
+        assert abs(added - added_by_02) <= 0.002 * added_by_02, (added, added_by_02)
+        assert {(layer.fc1.extra_units, layer.fc2.extra_units) for layer in model.encoder.layers} == {(384, 384)}
 
 
 
