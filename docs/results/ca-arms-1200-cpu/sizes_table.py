@@ -1,11 +1,13 @@
 """The encoder rows of the gate statistics in sizes/ (fairseq-ctx-gate-statistics, one JSON per
-config, seed, checkpoint and mode) as one markdown table: python sizes_table.py > sizes.md"""
+config, seed, checkpoint and mode) as one markdown table: python sizes_table.py [RESULTS_DIR] > sizes.md
+(RESULTS_DIR: the folder holding sizes/, by default this one's; also used for ../gpu-ca-arms-3000)"""
 import glob
 import json
 import os
 import re
+import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 rows = []
 for path in sorted(glob.glob(os.path.join(HERE, "sizes", "*.json"))):
     config, seed, updates, mode = re.match(r"(\d\d)-.*-seed(\d+)-(\d+)-(eval|train)\.json", os.path.basename(path)).groups()
