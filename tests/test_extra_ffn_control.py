@@ -151,6 +151,62 @@ def test_extra_units_differ_between_layers_and_seeds():
     assert not torch.equal(layers[0], other.encoder.layers[0].fc1.extra_weight)
 
 
+def test_extra_units_draw_from_their_own_stream():
+    """E1 depends on the seed and the layer's name only: not on how many numbers the stock
+    layers drew before it (another vocabulary size: other embedding draws), while every stock
+    tensor after the embeddings moves with those draws."""
+    small, _ = build_model(EXTRA, vocab_size=40, seed=5)
+    large, _ = build_model(EXTRA, vocab_size=60, seed=5)
+    assert not torch.equal(small.encoder.layers[0].fc1.weight, large.encoder.layers[0].fc1.weight)
+    for a, b in zip(small.encoder.layers, large.encoder.layers):
+        assert torch.equal(a.fc1.extra_weight, b.fc1.extra_weight)
+        assert torch.equal(a.fc1.extra_bias, b.fc1.extra_bias)
+    # and not a copy of a stock tensor drawn nearby (a stream left unseeded would continue the
+    # global one): E1 is uncorrelated with the layer's own stock weights
+    layer = small.encoder.layers[0]
+    for stock in (layer.fc1.weight[:N], layer.fc2.weight.T[:N, :D], layer.self_attn.out_proj.weight[:N]):
+        correlation = torch.corrcoef(torch.stack([layer.fc1.extra_weight.flatten(), stock.flatten()]))[0, 1]
+        assert abs(correlation) < 0.2
+
+
+def test_activation_checkpointing_and_return_fc_reach_the_layers():
+    from fairseq.models.transformer import TransformerConfig
+
+    from fairseq_ctx.models.transformer_extra_ffn import ExtraFfnTransformerEncoder
+
+    plain, _ = build_model([*EXTRA, "--dropout", "0"], seed=4)  # train mode, dropout off
+    checkpointed, _ = build_model([*EXTRA, "--dropout", "0", "--checkpoint-activations"], seed=4)
+    assert all(hasattr(layer, "precheckpoint_forward") for layer in checkpointed.encoder.layers)
+    assert not any(hasattr(layer, "precheckpoint_forward") for layer in plain.encoder.layers)
+    randomise_extra_output(plain), randomise_extra_output(checkpointed)
+    batch = random_batch(plain, (7, 5, 3), (4, 6, 2))[:3]
+    for model in (plain, checkpointed):
+        model.train()
+        decoder_logits(model, *batch).log_softmax(-1)[..., 3].sum().backward()
+    grads = dict(checkpointed.named_parameters())
+    for name, parameter in plain.named_parameters():
+        torch.testing.assert_close(grads[name].grad, parameter.grad, atol=1e-6, rtol=1e-5, msg=name)
+    encoder = ExtraFfnTransformerEncoder(TransformerConfig.from_namespace(plain.args), plain.encoder.dictionary,
+                                         plain.encoder.embed_tokens, return_fc=True)
+    assert all(layer.return_fc for layer in encoder.layers)
+
+
+def test_pruning_helpers_refuse_rather_than_drop_the_extra_units():
+    layer = build_model(EXTRA)[0].encoder.layers[0]
+    for call in (lambda: layer._get_fc_rank(2), lambda: layer._prune_fc_layer([0])):
+        with pytest.raises(NotImplementedError, match="extra units"):
+            call()
+
+
+def test_hidden_dropout_warns_that_later_masks_are_unpaired(caplog):
+    with caplog.at_level("WARNING"):
+        build_model(EXTRA)
+    assert "every later dropout mask differs" not in caplog.text
+    with caplog.at_level("WARNING"):
+        build_model([*EXTRA, "--activation-dropout", "0.1"])
+    assert "every later dropout mask differs" in caplog.text
+
+
 def test_padding_incremental_and_reorder_checks():
     model = randomise_extra_output(build_model(EXTRA)[0])
     assert_padding_invariant(model)
@@ -169,6 +225,7 @@ def test_finite_in_low_precision(dtype):
     (["--encoder-extra-ffn-units", "0"], "use --arch transformer"),
     (["--encoder-extra-ffn-units", "-3"], "must be an integer >= 1"),
     (["--encoder-extra-ffn-units", "8", "--quant-noise-pq", "0.1"], "--quant-noise-pq"),
+    (["--encoder-extra-ffn-units", "8", "--quant-noise-scalar", "0.1"], "--quant-noise-scalar"),
 ])
 def test_bad_options_fail_with_one_clear_error(extra, message):
     with pytest.raises(ValueError, match="transformer_extra_ffn: .*" + message.replace("-", r"\-")):

@@ -13,9 +13,10 @@ and fc2). A model with them therefore shares every stock parameter with the stoc
 and its runs pair with the stock model's at one seed (``fairseq_ctx.models._controlled_init``).
 
 E1 and c1 start as ``nn.Linear`` starts the stock rows (uniform in +-1/sqrt(d)); E2 starts at
-0, so FFN+ starts as exactly the stock FFN: the model starts as the stock model, its outputs
-and gradients to the stock parameters equal at the first step, and the extra units grow in
-from there (E2's gradient is not 0 at the start; E1's is until E2 moves). What it controls
+0, so FFN+ starts as the stock FFN (up to the summation order of the wider matmuls): the model
+starts as the stock model, its outputs and the gradients to the stock parameters equal at the
+first step, and the extra units grow in from there (E2's gradient is not 0 at the start; E1's
+is until E2 moves). What it controls
 for: the number of added parameters of an architecture, without its mechanism.
 """
 import math
