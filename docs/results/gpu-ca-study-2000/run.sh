@@ -21,11 +21,14 @@
 # STUDY="--train-loss --pair 14-context_aware-context_dropout=02-context_aware-gate_half
 #        --pair 15-context_aware-deep_only=02-context_aware-gate_half"
 # (run 2026-11-27 on an H200 with --keep-checkpoints: docs/results/gpu-ca-arms-3000/call.sh.)
-# The capacity control (init_study/16, extra encoder FFN units; 9 runs per call, ~7-8 min):
-# CONFIGS="00-* 02-* 16-*" SEEDS="11 12 13" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1
-# STUDY="--train-loss --pair 02-context_aware-gate_half=16-transformer-extra_ffn"
-# (02 against 16 from the same report; 16 against 00 is the default pairing, in the -vs00 report
-# made afterwards without --pair from the returned runs, as in gpu-ca-arms-3000).
+# The capacity control (init_study/16, extra encoder FFN units) with the no-op-start context-aware
+# arm 12 (gate bias) beside 02, so that 02 - 16 and 12 - 16 pair on one machine (8 runs per call,
+# ~7-8 min; about 10 seeds over several calls for a 0.015 valid-loss difference):
+# CONFIGS="00-* 02-* 12-* 16-*" SEEDS="14 15" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1
+# STUDY="--train-loss --pair 02-context_aware-gate_half=16-transformer-extra_ffn
+#        --pair 12-context_aware-gate_bias=16-transformer-extra_ffn"
+# (16 against 00 is the default pairing: the -vs00 report made afterwards without --pair from the
+# returned runs, as in gpu-ca-arms-3000).
 # The kit it installs from (.gpu/, untracked, carried to the machine with work/demo/data):
 # scripts/gpu/make-lease-kit.sh (runs before 2026-11-27 used a hand-made .gpu/ holding a copy
 # of the extension builder, which was committed beside this script; it is
