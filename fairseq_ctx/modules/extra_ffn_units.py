@@ -26,7 +26,20 @@ import torch.nn.functional as F
 from torch import nn
 
 
-class ExtraUnitsInput(nn.Linear):
+class _ExtraUnitsLinear(nn.Linear):
+    """A stock ``nn.Linear`` (same draws, same order) that knows its ``extra_units``."""
+
+    def __init__(self, in_features: int, out_features: int, extra_units: int):
+        super().__init__(in_features, out_features)
+        if extra_units < 1:
+            raise ValueError(f"extra_units must be >= 1, got {extra_units}")
+        self.extra_units = extra_units
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, extra_units={self.extra_units}"
+
+
+class ExtraUnitsInput(_ExtraUnitsLinear):
     """fc1 with ``extra_units`` more output rows: x -> [W1; E1] x + [b1; c1].
 
     ``weight`` / ``bias`` are the stock fc1's, initialised by ``nn.Linear`` with the same
@@ -34,10 +47,7 @@ class ExtraUnitsInput(nn.Linear):
     until ``reset_extra_parameters`` (so the caller chooses the random stream)."""
 
     def __init__(self, in_features: int, out_features: int, extra_units: int):
-        super().__init__(in_features, out_features)
-        if extra_units < 1:
-            raise ValueError(f"extra_units must be >= 1, got {extra_units}")
-        self.extra_units = extra_units
+        super().__init__(in_features, out_features, extra_units)
         self.extra_weight = nn.Parameter(torch.empty(extra_units, in_features))
         self.extra_bias = nn.Parameter(torch.empty(extra_units))
 
@@ -52,22 +62,13 @@ class ExtraUnitsInput(nn.Linear):
         # one matmul over the F + N rows (concatenating the weights, not the activations)
         return F.linear(x, torch.cat([self.weight, self.extra_weight], 0), torch.cat([self.bias, self.extra_bias], 0))
 
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, extra_units={self.extra_units}"
 
-
-class ExtraUnitsOutput(nn.Linear):
+class ExtraUnitsOutput(_ExtraUnitsLinear):
     """fc2 reading ``extra_units`` more inputs: h -> [W2, E2] h + b2, E2 starting at 0."""
 
     def __init__(self, in_features: int, out_features: int, extra_units: int):
-        super().__init__(in_features, out_features)
-        if extra_units < 1:
-            raise ValueError(f"extra_units must be >= 1, got {extra_units}")
-        self.extra_units = extra_units
+        super().__init__(in_features, out_features, extra_units)
         self.extra_weight = nn.Parameter(torch.zeros(out_features, extra_units))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return F.linear(h, torch.cat([self.weight, self.extra_weight], 1), self.bias)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, extra_units={self.extra_units}"
