@@ -38,6 +38,10 @@ ARMS = {
     # the paper's deep context alone (Table 1), gate_half: no context in layer 1, no global part in layers 2-3
     "15-context_aware-deep_only": ("01-context_aware-glorot", "01-transformer_context_aware",
                                    ["--encoder-context", "deep", "--context-init", "gate_half"]),
+    # the footnote-1 ablation (no gate: Q^ = Q + C U) with U as matched: 02's starting context
+    # term without 02's halving of Q and K (the 2 x 2 cell "context at the start, no shrinkage")
+    "17-context_aware-no_gate_matched": ("01-context_aware-glorot", "01-transformer_context_aware",
+                                         ["--no-context-gate", "--context-init", "matched"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
@@ -123,6 +127,28 @@ def test_config_builds(name):
         rates = {layer.self_attn.contextualizer.context_dropout for layer in model.encoder.layers
                  if layer.self_attn.contextualizer is not None}
         assert rates == {parsed.context_dropout} and parsed.context_dropout > 0
+    if "no_gate" in name:
+        # no gate vectors; U holds the numbers 02 draws at the same seed, rescaled from Glorot's
+        # Var 2 / (fan_in + d) to 1 / (2 n fan_in) for n projections summed in the layer: the
+        # context term starts at 0.41-0.71 of Glorot's C U, against 02's lambda C U = C U / 2
+        from tests.test_controlled_start import build
+        arm, _ = build(args, seed=5)
+        gate_half, _ = build(configs()["02-context_aware-gate_half"], seed=5)
+        d = 128
+        for layer in model.encoder.layers:
+            contextualizer = layer.self_attn.contextualizer
+            assert not contextualizer.gated and contextualizer.gate_bias is None
+            assert not any("gate" in n for n, _ in contextualizer.named_parameters())
+        projections = [k for k in gate_half if "contextualizer" in k and "proj" in k]
+        assert sorted(k for k in arm if "contextualizer" in k) == sorted(projections)
+        assert len(projections) == 5  # layer 1: global only; layers 2-3: global and deep
+        for key in projections:
+            layer_prefix = key.split(".self_attn.")[0]
+            n = sum(k.startswith(layer_prefix + ".") for k in projections)
+            fan_in = gate_half[key].shape[1]
+            scale = (1 / (2 * n * fan_in) / (2 / (fan_in + d))) ** 0.5
+            assert 0.40 < scale < 0.71
+            torch.testing.assert_close(arm[key], gate_half[key] * scale, rtol=1e-6, atol=0)
     if "extra_ffn" in name:
         # as many added parameters as the context-aware arm 02 adds (within 0.2 %), all of
         # them in the encoder FFNs' extra units
