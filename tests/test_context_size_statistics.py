@@ -217,3 +217,18 @@ def test_the_attention_recomputed_is_the_models_own():
         theirs = weights.transpose(0, 1).double()  # B x H x T x S
         rows = queries.unsqueeze(1).expand(-1, attention.num_heads, -1)
         torch.testing.assert_close(ours[rows], theirs[rows], atol=1e-5, rtol=0)
+
+
+def test_a_seed_without_train_mode_is_refused_before_anything_is_read(tmp_path, capsys):
+    from fairseq_ctx.analysis import model_statistics
+
+    argv = ["--data", str(tmp_path / "absent"), "--path", str(tmp_path / "absent.pt"), "--out-dir", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as refused:
+        model_statistics.main("gates", argv + ["--seed", "2"])
+    assert refused.value.code == 2
+    assert "--seed seeds the dropout masks of --train-mode" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    # with --train-mode the seed is accepted (the run then stops at the absent checkpoint)
+    with pytest.raises(SystemExit):
+        model_statistics.main("gates", argv + ["--seed", "2", "--train-mode"])
+    assert "not found" in capsys.readouterr().err

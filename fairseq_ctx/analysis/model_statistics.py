@@ -18,7 +18,8 @@
 
 The model runs teacher-forced (as in validation) over ``--subset`` of ``--data``, in
 eval mode, or with ``--train-mode`` as in training (every dropout on, including
---context-dropout; no gradient; the global RNG seeded with ``--seed``); in fp32 whatever
+--context-dropout; no gradient; the global RNG seeded with ``--seed``, default 1, refused
+in eval mode); in fp32 whatever
 the precision the model was trained in.
 
 Usage: python scripts/analysis/gate_statistics.py --data BIN --path CKPT --out-dir DIR [--subset valid] [--train-mode]
@@ -371,15 +372,18 @@ def main(kind, argv=None):
     if kind == "gates":
         parser.add_argument("--train-mode", action="store_true",
                             help="run as in training: every dropout on (incl. --context-dropout), no gradient")
-        parser.add_argument("--seed", type=int, default=1,
-                            help="seeds the dropout masks of --train-mode (no effect without it)")
+        parser.add_argument("--seed", type=int, default=None,
+                            help="seeds the dropout masks of --train-mode (default 1; refused without it)")
     args = parser.parse_args(argv)
+    if kind == "gates" and args.seed is not None and not args.train_mode:
+        # eval mode draws no masks: a seed there would look like a choice that changed nothing
+        parser.error("--seed seeds the dropout masks of --train-mode; without --train-mode there are none")
     for path in (args.data, args.path):
         if not os.path.exists(path):
             parser.error(f"not found: {path}")
     if kind == "gates":
         table = write_gates(gate_statistics(args.path, args.data, args.subset, args.max_batches,
-                                            args.train_mode, args.seed), args.out_dir)
+                                            args.train_mode, 1 if args.seed is None else args.seed), args.out_dir)
     else:
         table = write_routing(routing_statistics(args.path, args.data, args.subset, args.max_batches), args.out_dir)
     print(table)
