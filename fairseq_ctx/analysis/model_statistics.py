@@ -19,8 +19,7 @@
 The model runs teacher-forced (as in validation) over ``--subset`` of ``--data``, in
 eval mode, or with ``--train-mode`` as in training (every dropout on, including
 --context-dropout; no gradient; the global RNG seeded with ``--seed``, default 1, refused
-in eval mode); in fp32 whatever
-the precision the model was trained in.
+in eval mode); in fp32 whatever the precision the model was trained in.
 
 Usage: python scripts/analysis/gate_statistics.py --data BIN --path CKPT --out-dir DIR [--subset valid] [--train-mode]
        python scripts/analysis/routing_statistics.py --data BIN --path CKPT --out-dir DIR
