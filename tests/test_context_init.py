@@ -98,6 +98,24 @@ def test_zero_context_starts_with_no_context_term():
     torch.testing.assert_close(q_hat, (1 - gate) * query, rtol=1e-5, atol=1e-6)
 
 
+def test_gate_half_zero_context_starts_as_halved_queries_and_keys_with_no_context():
+    """gate_half's shrinkage without its context term: lambda = 0.5 everywhere and C U = 0,
+    so Q^ = Q / 2 and K^ = K / 2 (Eq. 5 with lambda = 1/2); U still learns from the first
+    gradient (dQ^/dU = lambda C), V too (through C U V^C only once U has moved)."""
+    module = _module("gate_half_zero_context")
+    query, global_context, deep_context = _inputs()
+    key = query.flip(0)
+    q_hat, k_hat, gates = module(query, key, global_context, deep_context)
+    assert torch.equal(gates, torch.full_like(gates, 0.5))
+    torch.testing.assert_close(q_hat, query / 2, rtol=0, atol=1e-7)
+    torch.testing.assert_close(k_hat, key / 2, rtol=0, atol=1e-7)
+    assert all(torch.count_nonzero(p) == 0 for p in (module.global_proj.weight, module.deep_proj.weight,
+                                                      module.gate_input, module.gate_context))
+    (q_hat.square().sum() + k_hat.square().sum()).backward()
+    assert module.deep_proj.weight.grad.abs().sum() > 0 and module.global_proj.weight.grad.abs().sum() > 0
+    assert module.gate_input.grad.abs().sum() > 0  # d lambda / d V^H = lambda (1 - lambda) Q
+
+
 def test_inits_draw_the_same_random_numbers():
     """An option rescales or zeroes, it does not shift the stream: V of matched and
     zero_context, and U of gate_half, are the default's."""
@@ -131,6 +149,8 @@ def test_bad_init_options_are_one_clear_error_at_build_time():
         build_model(_options("gate_half", "--no-context-gate"))
     with pytest.raises(ValueError, match="--context-init gate_half_matched .*--no-context-gate"):
         build_model(_options("gate_half_matched", "--no-context-gate"))
+    with pytest.raises(ValueError, match="--context-init gate_half_zero_context .*--no-context-gate"):
+        build_model(_options("gate_half_zero_context", "--no-context-gate"))
 
 
 def test_default_is_gate_half_and_glorot_without_gates():

@@ -55,6 +55,8 @@ VARIANTS = {
     "ca-init-gate_half": ("transformer_context_aware", ctx("deep_global+deep", "global", "--context-init", "gate_half")),
     "ca-init-matched": ("transformer_context_aware", ctx("deep_global+deep", "deep", "--context-init", "matched")),
     "ca-init-zero_context": ("transformer_context_aware", ctx("deep_global", "none", "--context-init", "zero_context")),
+    "ca-init-gate_half_zero_context": ("transformer_context_aware",
+                                       ctx("deep_global+deep", "global", "--context-init", "gate_half_zero_context")),
     "ca-init-gate_half_matched": ("transformer_context_aware",
                                   ctx("deep", "deep_global+deep", "--context-init", "gate_half_matched")),
     "ca-init-gate_bias": ("transformer_context_aware",  # not in the paper: a constant bias, no draw
@@ -232,8 +234,9 @@ def test_added_parameters_are_deterministic_under_the_seed(name):
     random_init = [k for k in added if not is_constant(first[k])]
     for key in random_init:
         assert not torch.equal(first[key], other[key]), f"{name}: {key} does not depend on the seed"
-    if arch == "transformer_cross_agg":
-        # W^v of Eq. 13 is zero-initialised: nothing random is added
+    if arch == "transformer_cross_agg" or "gate_half_zero_context" in options:
+        # W^v of Eq. 13 is zero-initialised; gate_half_zero_context zeroes U and V: nothing
+        # random is added
         assert not random_init and all(not first[k].any() for k in added)
     elif not adds_nothing:
         assert random_init, f"{name}: no randomly initialised additions found"

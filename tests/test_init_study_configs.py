@@ -42,6 +42,10 @@ ARMS = {
     # term without 02's halving of Q and K (the 2 x 2 cell "context at the start, no shrinkage")
     "17-context_aware-no_gate_matched": ("01-context_aware-glorot", "01-transformer_context_aware",
                                          ["--no-context-gate", "--context-init", "matched"]),
+    # gate_half's start without its context term (V = 0, U = 0: Q and K halved, C U = 0), the
+    # 2 x 2 cell "shrinkage at the start, no context" beside 02, 12 and 17
+    "18-context_aware-gate_half_zero_context": ("01-context_aware-glorot", "01-transformer_context_aware",
+                                                ["--context-init", "gate_half_zero_context"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
@@ -127,6 +131,11 @@ def test_config_builds(name):
         rates = {layer.self_attn.contextualizer.context_dropout for layer in model.encoder.layers
                  if layer.self_attn.contextualizer is not None}
         assert rates == {parsed.context_dropout} and parsed.context_dropout > 0
+    if "gate_half_zero_context" in name:
+        # V = 0 and U = 0 in every contextualised layer: Q^ = Q / 2, K^ = K / 2 at the start
+        contextualizers = [layer.self_attn.contextualizer for layer in model.encoder.layers]
+        assert all(c is not None and c.gated for c in contextualizers)
+        assert all(torch.count_nonzero(p) == 0 for c in contextualizers for p in c.parameters())
     if "no_gate" in name:
         # no gate vectors; U holds the numbers 02 draws at the same seed, rescaled from Glorot's
         # Var 2 / (fan_in + d) to 1 / (2 n fan_in) for n projections summed in the layer: the

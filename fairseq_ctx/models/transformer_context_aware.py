@@ -46,6 +46,7 @@ from fairseq_ctx.modules.context_aware_attention import (
     CONTEXT_INITS,
     CONTEXT_TARGETS,
     CONTEXT_TYPES,
+    GATE_HALF_INITS,
     ContextHistory,
     ContextualQueryKey,
     GateStatistics,
@@ -358,7 +359,8 @@ class ContextAwareTransformerModel(TransformerModel):
                                  '--no-context-gate), matched (U rescaled so that rms(C U) = rms(Q) '
                                  'for i.i.d. context entries of the layer input\'s variance; in a '
                                  'real encoder 0.5-1.2 of it), zero_context (U = 0), gate_half_matched '
-                                 '(V = 0 and U as matched)')
+                                 '(V = 0 and U as matched), gate_half_zero_context (V = 0 and U = 0: '
+                                 'Q and K halved, no context at the start; a diagnostic arm)')
         parser.add_argument('--context-gate-bias', type=float, default=None, metavar='FLOAT',
                             help='not in the paper (a diagnostic arm of the initialisation study): '
                                  'initial value of a learned bias inside the sigmoid of Eq. 6, one per '
@@ -430,7 +432,7 @@ def validate_context_args(args) -> None:
         problems.append(f"--context-apply must be one of {', '.join(CONTEXT_TARGETS)}, got {args.context_apply!r}")
     if args.context_init not in CONTEXT_INITS:
         problems.append(f"--context-init must be one of {', '.join(CONTEXT_INITS)}, got {args.context_init!r}")
-    elif args.context_init in ("gate_half", "gate_half_matched") and args.no_context_gate:
+    elif args.context_init in GATE_HALF_INITS and args.no_context_gate:
         problems.append(f"--context-init {args.context_init} sets the gate vectors, which --no-context-gate removes")
     gate_bias = args.context_gate_bias
     if gate_bias is not None:

@@ -57,11 +57,16 @@ CONTEXT_TARGETS = ("query", "key", "both")
 #   gate_half_matched  both gate_half's V = 0 and matched's U: with glorot, gate_half and
 #                 matched the fourth cell of a 2 x 2 over the two factors of the glorot
 #                 start (random gates, C U at twice Q's size).
+#   gate_half_zero_context  V = 0 and U = 0: every gate 0.5 and C U = 0, so the layer starts
+#                 as Q^ = Q / 2, K^ = K / 2 (the stock logits times 1/4) with no context in
+#                 it; U learns from the first update (dQ^/dU = lambda C). gate_half's
+#                 shrinkage without its context term, a diagnostic arm of the study.
 # Which of them learns best is what the initialisation study measures (BENCHMARKS.md):
 # the fairseq arch defaults to gate_half (glorot without gates). This module keeps glorot
 # as its default: with V = 0 every gate is 0.5 and tests of the gate see nothing (the
 # fairseq-level tests ask for glorot explicitly).
-CONTEXT_INITS = ("glorot", "gate_half", "matched", "zero_context", "gate_half_matched")
+CONTEXT_INITS = ("glorot", "gate_half", "matched", "zero_context", "gate_half_matched", "gate_half_zero_context")
+GATE_HALF_INITS = ("gate_half", "gate_half_matched", "gate_half_zero_context")  # V = 0
 
 
 def _wide(x: Tensor) -> Tensor:
@@ -291,14 +296,14 @@ class ContextualQueryKey(nn.Module):
                     target_var = 1.0 / (2 * len(projections) * fan_in)
                     with torch.no_grad():
                         block.mul_((target_var / glorot_var) ** 0.5)
-                elif self.init == "zero_context":
+                elif self.init in ("zero_context", "gate_half_zero_context"):
                     with torch.no_grad():
                         block.zero_()
         if self.gated:
             for vectors in (self.gate_input, self.gate_context):
                 for row in vectors.split(1, dim=0):
                     nn.init.xavier_uniform_(row)  # a d x 1 column vector
-                if self.init in ("gate_half", "gate_half_matched"):
+                if self.init in GATE_HALF_INITS:
                     with torch.no_grad():
                         vectors.zero_()
         if self.gate_bias is not None:
