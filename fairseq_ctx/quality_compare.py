@@ -525,6 +525,11 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
            + "; ".join(f"{code}: {', '.join(runs)}" for code, runs in sorted(meta["model_code_runs"].items()))
            + ". Their differences may be the code's, not the configs'."]
           if meta.get("model_code_runs") else []),
+        *([f"- the versions in this report's meta (torch {meta.get('torch')}, fairseq {meta.get('fairseq')}) are the "
+           "process that wrote it; the runs were trained with: "
+           + "; ".join(f"{what}: {', '.join(runs)}" for what, runs in sorted(meta["runs_software"].items()))
+           + " (each run's `trained_with` in the JSON)."]
+          if meta.get("runs_software") else []),
         *([f"- {len(meta['model_code_unrecorded'])} run(s) of fairseq_ctx architectures trained before the model "
            "code was recorded: whether their code equals the others' is not checked."]
           if meta.get("model_code_unrecorded") else []),
@@ -681,6 +686,31 @@ def runs_by_model_code(results, names):
             if not codes:
                 unrecorded.append(f"{name} seed {seed}")
     return out, unrecorded
+
+
+SOFTWARE_OF_A_RUN = ("torch", "fairseq", "sacrebleu", "python")
+
+
+def runs_by_software(results, this_software):
+    """{"torch X, fairseq Y, sacrebleu Z, python P, on GPU G": ["CONFIG seed S", ...]} over the
+    runs' records (trained_with: the attempt that finished), or None when they all name one
+    GPU (or none) and this process's versions. The versions in a report's meta are those of
+    the process writing it: for runs reused or imported from another machine (a GPU lease
+    whose report is assembled on a CPU) they are not what trained them."""
+    def versions(record):
+        return tuple(record.get(k) for k in SOFTWARE_OF_A_RUN)
+
+    out, other_versions = {}, False
+    for name in sorted(results):
+        for seed, rec in sorted(results[name].items()):
+            trained = rec.get("trained_with")
+            if not isinstance(trained, dict):
+                continue
+            gpu = (trained.get("gpu") or "").split(", this run on ")[0] or None  # the model, not the pinning
+            what = ", ".join(f"{k} {v}" for k, v in zip(SOFTWARE_OF_A_RUN, versions(trained)))
+            out.setdefault(what + (f", on {gpu}" if gpu else ", no GPU"), []).append(f"{name} seed {seed}")
+            other_versions |= versions(trained) != versions(this_software)
+    return out if other_versions or len(out) > 1 else None
 
 
 def data_fingerprint(data_bin):
@@ -2021,6 +2051,8 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
             "imported": used or None, "imported_first": first or None,
             "import_sources": {src: import_sources[src] for src in used} or None, "mixed_pairs": mixed or None,
             "model_code_runs": model_code_runs, "model_code_unrecorded": unrecorded or None,
+            "runs_software": runs_by_software({n: {sd: results[n][sd] for sd in a.seeds if sd in results[n]}
+                                               for n in configs}, software),
             "command": " ".join(shlex.quote(x) for x in sys.argv), **software}
     # a plot only when there is a curve: intermediate BLEU points or logged validations
     has_valid_bleu = any((c.get("valid_bleu") or {}).get("updates") for c in curves.values())

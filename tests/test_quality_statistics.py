@@ -2366,3 +2366,32 @@ def test_real_tiny_train_set_loss_is_the_eval_mode_loss_of_every_training_senten
     monkeypatch.setattr(TranslationTask, "valid_step", one_sentence_fewer)
     with pytest.raises(RuntimeError, match=r"train: \d+ sentences in the loss and 0 skipped, but the subset has"):
         subset_loss.subset_losses(str(ckpt), str(tiny_corpus / "bin"), ("train",))
+
+
+def test_a_report_names_the_software_its_runs_were_trained_with_where_it_is_not_its_own(qc, study):
+    """A report assembled on one machine from runs trained on another records its own
+    process's versions in meta; the runs' versions and GPU are then named beside them."""
+    q = _main(qc, study, "--seeds", "1", "2")
+    assert q["meta"]["runs_software"] is None  # every run trained here, by this process's versions
+    assert "the runs were trained with" not in (study.out / "quality.md").read_text()
+    record = study.out / "runs" / "01-good" / "seed2" / "result.json"
+    rec = json.loads(record.read_text())
+    rec["trained_with"].update(torch="2.11.0+cu130", gpu="NVIDIA H200, this run on CUDA_VISIBLE_DEVICES=3 (one GPU per run)")
+    record.write_text(json.dumps(rec))
+    q = _main(qc, study, "--seeds", "1", "2")
+    software = q["meta"]["runs_software"]
+    here = (f"torch {q['meta']['torch']}, fairseq {q['meta']['fairseq']}, sacrebleu {q['meta']['sacrebleu']}, "
+            f"python {q['meta']['python']}")
+    elsewhere = here.replace(f"torch {q['meta']['torch']}", "torch 2.11.0+cu130") + ", on NVIDIA H200"
+    gpu_here = q["runs"]["00-transformer"]["1"]["trained_with"]["gpu"]
+    assert software == {elsewhere: ["01-good seed 2"],
+                        here + (f", on {gpu_here}" if gpu_here else ", no GPU"):
+                            ["00-transformer seed 1", "00-transformer seed 2", "01-good seed 1"]}
+    md = (study.out / "quality.md").read_text()
+    assert "the runs were trained with: " in md and f"{elsewhere}: 01-good seed 2" in md
+    # the same versions on another GPU only: still named (the pairs then cross machines)
+    rec["trained_with"]["torch"] = q["meta"]["torch"]
+    record.write_text(json.dumps(rec))
+    q = _main(qc, study, "--seeds", "1", "2")
+    if not gpu_here or "H200" not in gpu_here:
+        assert len(q["meta"]["runs_software"]) == 2
