@@ -525,11 +525,14 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
            + "; ".join(f"{code}: {', '.join(runs)}" for code, runs in sorted(meta["model_code_runs"].items()))
            + ". Their differences may be the code's, not the configs'."]
           if meta.get("model_code_runs") else []),
-        *([f"- the versions in this report's meta (torch {meta.get('torch')}, fairseq {meta.get('fairseq')}) are the "
-           "process that wrote it; the runs were trained with: "
+        *([f"- the versions in this report's meta (torch {meta.get('torch')}, fairseq {meta.get('fairseq')}) are "
+           "those of the process that wrote it, not of every run: the runs were trained with "
            + "; ".join(f"{what}: {', '.join(runs)}" for what, runs in sorted(meta["runs_software"].items()))
            + " (each run's `trained_with` in the JSON)."]
           if meta.get("runs_software") else []),
+        *([f"- {len(meta['runs_software_unrecorded'])} run(s) with no record of the software or GPU they were "
+           f"trained with: {', '.join(meta['runs_software_unrecorded'])}."]
+          if meta.get("runs_software_unrecorded") else []),
         *([f"- {len(meta['model_code_unrecorded'])} run(s) of fairseq_ctx architectures trained before the model "
            "code was recorded: whether their code equals the others' is not checked."]
           if meta.get("model_code_unrecorded") else []),
@@ -691,26 +694,31 @@ def runs_by_model_code(results, names):
 SOFTWARE_OF_A_RUN = ("torch", "fairseq", "sacrebleu", "python")
 
 
-def runs_by_software(results, this_software):
-    """{"torch X, fairseq Y, sacrebleu Z, python P, on GPU G": ["CONFIG seed S", ...]} over the
-    runs' records (trained_with: the attempt that finished), or None when they all name one
-    GPU (or none) and this process's versions. The versions in a report's meta are those of
-    the process writing it: for runs reused or imported from another machine (a GPU lease
-    whose report is assembled on a CPU) they are not what trained them."""
-    def versions(record):
-        return tuple(record.get(k) for k in SOFTWARE_OF_A_RUN)
+def runs_by_software(results, this_software, this_gpu):
+    """({"torch X, fairseq Y, sacrebleu Z, python P, on GPU G" (or ", no GPU"): ["CONFIG seed S",
+    ...]} over every attempt of every run (trained_with and the earlier attempts a resumed
+    training continued), or None when every attempt names this process's versions and
+    ``this_gpu``; ["CONFIG seed S", ...] with no record). The versions in a report's meta are
+    those of the process writing it: for runs reused or imported from another machine (a GPU
+    lease whose report is assembled on a CPU) they are not what trained them."""
+    def describe(versions, gpu):
+        return ", ".join(f"{k} {v}" for k, v in zip(SOFTWARE_OF_A_RUN, versions)) + (
+            f", on {gpu}" if gpu else ", no GPU")
 
-    out, other_versions = {}, False
+    here = describe(tuple(this_software.get(k) for k in SOFTWARE_OF_A_RUN), this_gpu)
+    out, unrecorded = {}, []
     for name in sorted(results):
         for seed, rec in sorted(results[name].items()):
-            trained = rec.get("trained_with")
-            if not isinstance(trained, dict):
-                continue
-            gpu = (trained.get("gpu") or "").split(", this run on ")[0] or None  # the model, not the pinning
-            what = ", ".join(f"{k} {v}" for k, v in zip(SOFTWARE_OF_A_RUN, versions(trained)))
-            out.setdefault(what + (f", on {gpu}" if gpu else ", no GPU"), []).append(f"{name} seed {seed}")
-            other_versions |= versions(trained) != versions(this_software)
-    return out if other_versions or len(out) > 1 else None
+            attempts = [a for a in [rec.get("trained_with"), *(rec.get("earlier_attempts") or [])]
+                        if isinstance(a, dict)]
+            if not attempts:
+                unrecorded.append(f"{name} seed {seed}")
+            for attempt in attempts:
+                gpu = (attempt.get("gpu") or "").split(", this run on ")[0] or None  # the model, not the pinning
+                runs = out.setdefault(describe(tuple(attempt.get(k) for k in SOFTWARE_OF_A_RUN), gpu), [])
+                if f"{name} seed {seed}" not in runs:
+                    runs.append(f"{name} seed {seed}")
+    return (out if set(out) - {here} else None), unrecorded
 
 
 def data_fingerprint(data_bin):
@@ -2036,6 +2044,10 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
             log(f"[quality] warning: {len(runs)} run(s) trained with other model code ({code}; this code: "
                 f"{software['model_code']}): {', '.join(runs)}; to train them with this code, delete their run "
                 "directories (imported runs: leave out their --import-runs report)")
+    # what trained the runs, against what this process would train them with
+    runs_software, software_unrecorded = runs_by_software(
+        {n: {sd: results[n][sd] for sd in a.seeds if sd in results[n]} for n in configs}, software,
+        None if "--cpu" in common else _visible_gpu())
     summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
     comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
     with_seed_and_sentence(comparisons, results, refs, _read_lines(valid_ref) if valid_ref else None, a.tgt)
@@ -2051,8 +2063,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
             "imported": used or None, "imported_first": first or None,
             "import_sources": {src: import_sources[src] for src in used} or None, "mixed_pairs": mixed or None,
             "model_code_runs": model_code_runs, "model_code_unrecorded": unrecorded or None,
-            "runs_software": runs_by_software({n: {sd: results[n][sd] for sd in a.seeds if sd in results[n]}
-                                               for n in configs}, software),
+            "runs_software": runs_software, "runs_software_unrecorded": software_unrecorded or None,
             "command": " ".join(shlex.quote(x) for x in sys.argv), **software}
     # a plot only when there is a curve: intermediate BLEU points or logged validations
     has_valid_bleu = any((c.get("valid_bleu") or {}).get("updates") for c in curves.values())

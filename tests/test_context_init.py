@@ -114,6 +114,25 @@ def test_gate_half_zero_context_starts_as_halved_queries_and_keys_with_no_contex
     (q_hat.square().sum() + k_hat.square().sum()).backward()
     assert module.deep_proj.weight.grad.abs().sum() > 0 and module.global_proj.weight.grad.abs().sum() > 0
     assert module.gate_input.grad.abs().sum() > 0  # d lambda / d V^H = lambda (1 - lambda) Q
+    assert torch.count_nonzero(module.gate_context.grad) == 0  # d lambda / d V^C ~ C U = 0
+
+
+@pytest.mark.parametrize("apply_to", ["query", "key"])
+def test_gate_half_zero_context_halves_only_the_contextualised_target(apply_to):
+    torch.manual_seed(3)
+    module = ContextualQueryKey(D, 3, 2, apply_to, True, init="gate_half_zero_context")
+    query, global_context, deep_context = _inputs()
+    key = query.flip(0)
+    q_hat, k_hat, _ = module(query, key, global_context, deep_context)
+    halved, kept = (q_hat, k_hat) if apply_to == "query" else (k_hat, q_hat)
+    torch.testing.assert_close(halved, (query if apply_to == "query" else key) / 2, rtol=0, atol=1e-7)
+    assert torch.equal(kept, key if apply_to == "query" else query)
+
+
+@pytest.mark.parametrize("init", ["gate_half", "gate_half_matched", "gate_half_zero_context"])
+def test_an_init_of_the_gate_vectors_is_refused_without_gates(init):
+    with pytest.raises(ValueError, match=f"init '{init}' sets the gate vectors V .*gated=False"):
+        ContextualQueryKey(D, 3, 2, "both", False, init=init)
 
 
 def test_inits_draw_the_same_random_numbers():

@@ -219,16 +219,22 @@ def test_the_attention_recomputed_is_the_models_own():
         torch.testing.assert_close(ours[rows], theirs[rows], atol=1e-5, rtol=0)
 
 
-def test_a_seed_without_train_mode_is_refused_before_anything_is_read(tmp_path, capsys):
+def test_a_seed_without_train_mode_is_refused_before_anything_is_read(tmp_path, capsys, monkeypatch):
     from fairseq_ctx.analysis import model_statistics
 
-    argv = ["--data", str(tmp_path / "absent"), "--path", str(tmp_path / "absent.pt"), "--out-dir", str(tmp_path / "out")]
+    # files that exist but are no data / checkpoint: reading them would fail otherwise
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "model.pt").write_bytes(b"not a checkpoint")
+    calls = []
+    monkeypatch.setattr(model_statistics, "gate_statistics", lambda *a: calls.append(a) or {"gates": {}})
+    monkeypatch.setattr(model_statistics, "write_gates", lambda result, out_dir: "table")
+    argv = ["--data", str(tmp_path / "bin"), "--path", str(tmp_path / "model.pt"), "--out-dir", str(tmp_path / "out")]
     with pytest.raises(SystemExit) as refused:
         model_statistics.main("gates", argv + ["--seed", "2"])
-    assert refused.value.code == 2
+    assert refused.value.code == 2 and not calls
     assert "--seed seeds the dropout masks of --train-mode" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
-    # with --train-mode the seed is accepted (the run then stops at the absent checkpoint)
-    with pytest.raises(SystemExit):
-        model_statistics.main("gates", argv + ["--seed", "2", "--train-mode"])
-    assert "not found" in capsys.readouterr().err
+    # with --train-mode the seed reaches the statistics; without --seed, 1; eval mode: no seed
+    model_statistics.main("gates", argv + ["--seed", "2", "--train-mode"])
+    model_statistics.main("gates", argv + ["--train-mode"])
+    model_statistics.main("gates", argv)
+    assert [(c[4], c[5]) for c in calls] == [(True, 2), (True, 1), (False, 1)]

@@ -130,6 +130,7 @@ def test_gate_statistics_of_the_context_aware_model(distributed_run, tiny_corpus
                  "seed 2": statistics(train_mode=True, seed=2)}
     rows = {name: result["gates"]["encoder"] + result["gates"]["decoder"] for name, result in one_batch.items()}
     assert len(rows["eval"]) == len(rows["train"]) == 4 and one_batch["eval"]["mode"] == "eval"
+    assert (train["seed"], one_batch["seed 2"]["seed"], one_batch["eval"]["seed"]) == (1, 2, None)
     # the same masks in another process (float noise from thread counts aside)
     assert rows["train again"] == [pytest.approx(row, rel=1e-7) for row in rows["train"]]
     for eval_row, train_row, seed_2 in zip(rows["eval"], rows["train"], rows["seed 2"]):

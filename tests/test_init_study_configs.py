@@ -38,12 +38,13 @@ ARMS = {
     # the paper's deep context alone (Table 1), gate_half: no context in layer 1, no global part in layers 2-3
     "15-context_aware-deep_only": ("01-context_aware-glorot", "01-transformer_context_aware",
                                    ["--encoder-context", "deep", "--context-init", "gate_half"]),
-    # the footnote-1 ablation (no gate: Q^ = Q + C U) with U as matched: 02's starting context
-    # term without 02's halving of Q and K (the 2 x 2 cell "context at the start, no shrinkage")
+    # the footnote-1 ablation (no gate: Q^ = Q + C U for the whole run, an architecture change,
+    # not only a start) with U as matched: a context term at the start without 02's halving of
+    # Q and K, but also with no gate to switch the context off later
     "17-context_aware-no_gate_matched": ("01-context_aware-glorot", "01-transformer_context_aware",
                                          ["--no-context-gate", "--context-init", "matched"]),
-    # gate_half's start without its context term (V = 0, U = 0: Q and K halved, C U = 0), the
-    # 2 x 2 cell "shrinkage at the start, no context" beside 02, 12 and 17
+    # gate_half's start without its context term (V = 0, U = 0: Q and K halved, C U = 0): 02 - 18
+    # is 02's starting context term alone (the same gates, slope and parameters)
     "18-context_aware-gate_half_zero_context": ("01-context_aware-glorot", "01-transformer_context_aware",
                                                 ["--context-init", "gate_half_zero_context"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),

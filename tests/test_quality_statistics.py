@@ -2368,30 +2368,68 @@ def test_real_tiny_train_set_loss_is_the_eval_mode_loss_of_every_training_senten
         subset_loss.subset_losses(str(ckpt), str(tiny_corpus / "bin"), ("train",))
 
 
-def test_a_report_names_the_software_its_runs_were_trained_with_where_it_is_not_its_own(qc, study):
+def test_a_report_names_the_software_its_runs_were_trained_with_where_it_is_not_its_own(qc, study, monkeypatch):
     """A report assembled on one machine from runs trained on another records its own
     process's versions in meta; the runs' versions and GPU are then named beside them."""
-    q = _main(qc, study, "--seeds", "1", "2")
-    assert q["meta"]["runs_software"] is None  # every run trained here, by this process's versions
+    q = _main(qc, study, "--seeds", "1", "2", "3")
+    assert q["meta"]["runs_software"] is None and q["meta"]["runs_software_unrecorded"] is None
     assert "the runs were trained with" not in (study.out / "quality.md").read_text()
-    record = study.out / "runs" / "01-good" / "seed2" / "result.json"
-    rec = json.loads(record.read_text())
-    rec["trained_with"].update(torch="2.11.0+cu130", gpu="NVIDIA H200, this run on CUDA_VISIBLE_DEVICES=3 (one GPU per run)")
-    record.write_text(json.dumps(rec))
+    meta = q["meta"]
+    here = f"torch {meta['torch']}, fairseq {meta['fairseq']}, sacrebleu {meta['sacrebleu']}, python {meta['python']}"
+    gpu_here = qc._visible_gpu()
+    here_gpu = here + (f", on {gpu_here}" if gpu_here else ", no GPU")
+    records = {(name, seed): study.out / "runs" / name / f"seed{seed}" / "result.json"
+               for name in ("00-transformer", "01-good") for seed in (1, 2, 3)}
+    original = {key: path.read_text() for key, path in records.items()}
+
+    def edit(key, **changes):
+        rec = json.loads(original[key])
+        rec["trained_with"].update(changes)
+        records[key].write_text(json.dumps(rec))
+
+    def restore():
+        for key, path in records.items():
+            path.write_text(original[key])
+
+    # another torch on a (pinned) H200: named with the GPU model, beside this process's group
+    edit(("01-good", 2), torch="2.11.0+cu130", gpu="NVIDIA H200, this run on CUDA_VISIBLE_DEVICES=3 (one GPU per run)")
     q = _main(qc, study, "--seeds", "1", "2")
-    software = q["meta"]["runs_software"]
-    here = (f"torch {q['meta']['torch']}, fairseq {q['meta']['fairseq']}, sacrebleu {q['meta']['sacrebleu']}, "
-            f"python {q['meta']['python']}")
-    elsewhere = here.replace(f"torch {q['meta']['torch']}", "torch 2.11.0+cu130") + ", on NVIDIA H200"
-    gpu_here = q["runs"]["00-transformer"]["1"]["trained_with"]["gpu"]
-    assert software == {elsewhere: ["01-good seed 2"],
-                        here + (f", on {gpu_here}" if gpu_here else ", no GPU"):
-                            ["00-transformer seed 1", "00-transformer seed 2", "01-good seed 1"]}
+    elsewhere = here.replace(f"torch {meta['torch']}", "torch 2.11.0+cu130") + ", on NVIDIA H200"
+    assert q["meta"]["runs_software"] == {elsewhere: ["01-good seed 2"],
+                                          here_gpu: ["00-transformer seed 1", "00-transformer seed 2", "01-good seed 1"]}
     md = (study.out / "quality.md").read_text()
-    assert "the runs were trained with: " in md and f"{elsewhere}: 01-good seed 2" in md
-    # the same versions on another GPU only: still named (the pairs then cross machines)
-    rec["trained_with"]["torch"] = q["meta"]["torch"]
-    record.write_text(json.dumps(rec))
+    assert "are those of the process that wrote it, not of every run" in md and f"{elsewhere}: 01-good seed 2" in md
+    # each version alone
+    for field in ("fairseq", "sacrebleu", "python"):
+        restore()
+        edit(("00-transformer", 1), **{field: "0.0.other"})
+        q = _main(qc, study, "--seeds", "1", "2")
+        assert list(q["meta"]["runs_software"].get(here_gpu.replace(f"{field} {meta[field]}", f"{field} 0.0.other"))
+                    ) == ["00-transformer seed 1"], field
+    # a run outside --seeds is not this report's
+    restore()
+    edit(("01-good", 3), torch="9.9")
+    assert _main(qc, study, "--seeds", "1", "2")["meta"]["runs_software"] is None
+    # the attempt a resumed run continued is named too
+    rec = json.loads(original[("01-good", 1)])
+    rec["earlier_attempts"] = [{**rec["trained_with"], "torch": "9.9"}]
+    records[("01-good", 1)].write_text(json.dumps(rec))
     q = _main(qc, study, "--seeds", "1", "2")
-    if not gpu_here or "H200" not in gpu_here:
-        assert len(q["meta"]["runs_software"]) == 2
+    assert q["meta"]["runs_software"][here_gpu.replace(f"torch {meta['torch']}", "torch 9.9")] == ["01-good seed 1"]
+    assert "01-good seed 1" in q["meta"]["runs_software"][here_gpu]
+    # the same versions, every run on a GPU this process does not see: named; seen: not
+    restore()
+    for key in records:
+        edit(key, gpu="NVIDIA H200")
+    monkeypatch.setattr(qc, "_visible_gpu", lambda: None)
+    q = _main(qc, study, "--seeds", "1", "2")
+    assert list(q["meta"]["runs_software"]) == [here + ", on NVIDIA H200"]
+    monkeypatch.setattr(qc, "_visible_gpu", lambda: "NVIDIA H200")
+    assert _main(qc, study, "--seeds", "1", "2")["meta"]["runs_software"] is None
+    # a run with no record is listed as such
+    rec = json.loads(original[("00-transformer", 2)])
+    del rec["trained_with"]
+    records[("00-transformer", 2)].write_text(json.dumps(rec))
+    q = _main(qc, study, "--seeds", "1", "2")
+    assert q["meta"]["runs_software_unrecorded"] == ["00-transformer seed 2"]
+    assert "1 run(s) with no record of the software or GPU" in (study.out / "quality.md").read_text()

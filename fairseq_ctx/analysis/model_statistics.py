@@ -82,6 +82,7 @@ def gate_statistics(path, data, subset="valid", max_batches=None, train_mode=Fal
         model.record_context_gates(False)
         model.eval()
     return {"sentences": sentences, "mode": "train" if train_mode else "eval",
+            "seed": seed if train_mode else None,  # eval mode draws no masks
             "gates": merge_rows(means, sizes.table())}
 
 
@@ -326,7 +327,8 @@ def write_gates(result, out_dir):
     table = markdown_table(["side", "layer", "lambda_Q", "lambda_K", "rms(lQ CU_Q)/rms((1-lQ) Q)",
                             "rms(lK CU_K)/rms((1-lK) K), centred", "TV vs no context term", "TV vs Q, K",
                             "positions"], rows)
-    table = (f"{result.get('mode', 'eval')} mode, {result['sentences']} sentences, non-padding positions; "
+    seed = f" (dropout masks seeded {result['seed']})" if result.get("seed") is not None else ""
+    table = (f"{result.get('mode', 'eval')} mode{seed}, {result['sentences']} sentences, non-padding positions; "
              "TVs per head, averaged over heads and queries (see model_statistics.ContextSizeRecorder)\n\n" + table)
     _write(out_dir, "gates", result, table)
     title = "Context gates per layer (Yang et al. Fig. 2-3)" + (", train mode" if result.get("mode") == "train" else "")

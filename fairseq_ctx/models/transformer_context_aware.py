@@ -360,7 +360,8 @@ class ContextAwareTransformerModel(TransformerModel):
                                  'for i.i.d. context entries of the layer input\'s variance; in a '
                                  'real encoder 0.5-1.2 of it), zero_context (U = 0), gate_half_matched '
                                  '(V = 0 and U as matched), gate_half_zero_context (V = 0 and U = 0: '
-                                 'Q and K halved, no context at the start; a diagnostic arm)')
+                                 'the contextualised Q and / or K halved, no context at the start; '
+                                 'a diagnostic arm)')
         parser.add_argument('--context-gate-bias', type=float, default=None, metavar='FLOAT',
                             help='not in the paper (a diagnostic arm of the initialisation study): '
                                  'initial value of a learned bias inside the sigmoid of Eq. 6, one per '

@@ -57,10 +57,12 @@ CONTEXT_TARGETS = ("query", "key", "both")
 #   gate_half_matched  both gate_half's V = 0 and matched's U: with glorot, gate_half and
 #                 matched the fourth cell of a 2 x 2 over the two factors of the glorot
 #                 start (random gates, C U at twice Q's size).
-#   gate_half_zero_context  V = 0 and U = 0: every gate 0.5 and C U = 0, so the layer starts
-#                 as Q^ = Q / 2, K^ = K / 2 (the stock logits times 1/4) with no context in
-#                 it; U learns from the first update (dQ^/dU = lambda C). gate_half's
-#                 shrinkage without its context term, a diagnostic arm of the study.
+#   gate_half_zero_context  V = 0 and U = 0: every gate 0.5 and C U = 0, so each contextualised
+#                 target starts halved with no context in it (both: Q / 2 and K / 2, the
+#                 stock logits times 1/4; query or key alone: times 1/2); U learns from the
+#                 first update (dQ^/dU = lambda C), V^H too, V^C only once U has moved (its
+#                 first gradient is C U = 0). gate_half's shrinkage without its context
+#                 term, a diagnostic arm of the study.
 # Which of them learns best is what the initialisation study measures (BENCHMARKS.md):
 # the fairseq arch defaults to gate_half (glorot without gates). This module keeps glorot
 # as its default: with V = 0 every gate is 0.5 and tests of the gate see nothing (the
@@ -233,6 +235,8 @@ class ContextualQueryKey(nn.Module):
             raise ValueError(f"apply_to must be one of {CONTEXT_TARGETS}, got {apply_to!r}")
         if init not in CONTEXT_INITS:
             raise ValueError(f"init must be one of {CONTEXT_INITS}, got {init!r}")
+        if init in GATE_HALF_INITS and not gated:
+            raise ValueError(f"init {init!r} sets the gate vectors V (to 0), which gated=False removes")
         if gate_bias is not None:
             if not gated:
                 raise ValueError("gate_bias is a bias inside the gate of Eq. 6, which gated=False removes")

@@ -29,6 +29,12 @@
 #        --pair 12-context_aware-gate_bias=16-transformer-extra_ffn"
 # (16 against 00 is the default pairing: the -vs00 report made afterwards without --pair from the
 # returned runs, as in gpu-ca-arms-3000).
+# gate_half's start taken apart (2026-11-27, CPU first): 18 = 02's gates at 0.5 without its
+# starting context term (U = 0), so 02 - 18 is the starting context term alone and 18 - 12 the
+# halving of Q and K (with the gate's slope at 0.5 against 12's 0.018); 00 beside them (8 runs):
+# CONFIGS="00-* 02-* 12-* 18-*" SEEDS="14 15" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1
+# STUDY="--train-loss --pair 02-context_aware-gate_half=18-context_aware-gate_half_zero_context
+#        --pair 18-context_aware-gate_half_zero_context=12-context_aware-gate_bias"
 # The kit it installs from (.gpu/, untracked, carried to the machine with work/demo/data):
 # scripts/gpu/make-lease-kit.sh (runs before 2026-11-27 used a hand-made .gpu/ holding a copy
 # of the extension builder, which was committed beside this script; it is
