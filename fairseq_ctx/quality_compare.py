@@ -705,6 +705,8 @@ def runs_by_software(results, this_software, this_gpu):
         return ", ".join(f"{k} {v}" for k, v in zip(SOFTWARE_OF_A_RUN, versions)) + (
             f", on {gpu}" if gpu else ", no GPU")
 
+    # a node with several GPUs reads "NAME (xN visible)"; its runs, one GPU each, "NAME"
+    this_gpu = re.sub(r" \(x\d+ visible\)$", "", this_gpu) if this_gpu else this_gpu
     here = describe(tuple(this_software.get(k) for k in SOFTWARE_OF_A_RUN), this_gpu)
     out, unrecorded = {}, []
     for name in sorted(results):

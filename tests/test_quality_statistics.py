@@ -2426,6 +2426,8 @@ def test_a_report_names_the_software_its_runs_were_trained_with_where_it_is_not_
     assert list(q["meta"]["runs_software"]) == [here + ", on NVIDIA H200"]
     monkeypatch.setattr(qc, "_visible_gpu", lambda: "NVIDIA H200")
     assert _main(qc, study, "--seeds", "1", "2")["meta"]["runs_software"] is None
+    monkeypatch.setattr(qc, "_visible_gpu", lambda: "NVIDIA H200 (x8 visible)")  # a node of 8
+    assert _main(qc, study, "--seeds", "1", "2")["meta"]["runs_software"] is None
     # a run with no record is listed as such
     rec = json.loads(original[("00-transformer", 2)])
     del rec["trained_with"]
