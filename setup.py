@@ -75,7 +75,7 @@ setup(
     extras_require={
         # Japanese: MeCab tokenisation (fugashi + unidic-lite) and sacreBLEU's ja-mecab scoring
         "ja": ["fugashi", "unidic-lite", "sacrebleu[ja]"],
-        "test": ["pytest", "pytest-timeout"],
+        "test": ["pytest", "pytest-timeout", "pytest-xdist"],
     },
     entry_points={"console_scripts": CONSOLE_SCRIPTS},
 )

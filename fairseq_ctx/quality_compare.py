@@ -674,6 +674,12 @@ def model_code_sha256(package_dir=PACKAGE_DIR):
     return digest.hexdigest()[:16]
 
 
+def _recorded_attempts(rec):
+    """Every recorded attempt of a run: the one that finished (trained_with) and the earlier
+    ones a resumed training continued."""
+    return [a for a in [rec.get("trained_with"), *(rec.get("earlier_attempts") or [])] if isinstance(a, dict)]
+
+
 def runs_by_model_code(results, names):
     """({model_code: ["CONFIG seed S", ...]}, ["CONFIG seed S", ...] with no record) over
     every attempt (trained_with and the earlier attempts a resumed training continued) of the
@@ -682,8 +688,7 @@ def runs_by_model_code(results, names):
     out, unrecorded = {}, []
     for name in sorted(set(names) & set(results)):
         for seed, rec in sorted(results[name].items()):
-            attempts = [rec.get("trained_with")] + list(rec.get("earlier_attempts") or [])
-            codes = sorted({a.get("model_code") for a in attempts if isinstance(a, dict)} - {None})
+            codes = sorted({a.get("model_code") for a in _recorded_attempts(rec)} - {None})
             for code in codes:
                 out.setdefault(code, []).append(f"{name} seed {seed}")
             if not codes:
@@ -711,8 +716,7 @@ def runs_by_software(results, this_software, this_gpu):
     out, unrecorded = {}, []
     for name in sorted(results):
         for seed, rec in sorted(results[name].items()):
-            attempts = [a for a in [rec.get("trained_with"), *(rec.get("earlier_attempts") or [])]
-                        if isinstance(a, dict)]
+            attempts = _recorded_attempts(rec)
             if not attempts:
                 unrecorded.append(f"{name} seed {seed}")
             for attempt in attempts:

@@ -2,10 +2,16 @@
 round trip through the real fairseq CLI (train -> resume -> generate -> interactive)."""
 import os
 import re
+import socket
 import subprocess
 import sys
 
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # a parallel worker (scripts/run-tests.sh): one thread here and in the commands it starts,
+    # so that the workers together use the cores once (torch reads this when it is imported)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(ROOT, "fairseq_ctx")
@@ -46,6 +52,14 @@ def run(cmd, **kwargs):
         raise AssertionError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n"
                              f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-6000:]}")
     return proc
+
+
+def free_port():
+    """A TCP port no process listens on now (the OS picks it): for a torchrun rendezvous that
+    must not meet another test's, or the default 29500 of a training on the same machine."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def fairseq_cli(name, *args):

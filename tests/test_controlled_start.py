@@ -407,7 +407,8 @@ def test_fairseq_train_cli_builds_stock_identical_starts(tmp_path):
         make_dictionary(VOCAB).save(str(data / f"dict.{lang}.txt"))
     common = [str(data), "--user-dir", USER_DIR, "--task", "translation", "--source-lang", "src",
               "--target-lang", "tgt", "--cpu", "--disable-validation", "--optimizer", "adam",
-              "--lr", "1e-3", "--max-tokens", "100", "--criterion", "cross_entropy", "--seed", "5"]
+              "--lr", "1e-3", "--max-tokens", "100", "--criterion", "cross_entropy", "--seed", "5",
+              "--save-dir", str(tmp_path / "checkpoints")]  # fairseq probes it before building
     runs = {
         "transformer": stock_options("transformer_context_aware", []),
         "context_aware": arch_options("transformer_context_aware", ctx("deep_global+deep", "global")),

@@ -11,7 +11,7 @@ import pytest
 
 from fairseq_ctx.analysis import model_statistics
 from fairseq_ctx.reproduce import runner, tables
-from tests.conftest import ROOT, TINY_TEST_SENTENCES, run, shadow_checkout
+from tests.conftest import ROOT, TINY_TEST_SENTENCES, free_port, run, shadow_checkout
 
 TINY = ("--encoder-embed-dim 16 --encoder-ffn-embed-dim 32 --encoder-layers 2 --encoder-attention-heads 2 "
         "--decoder-embed-dim 16 --decoder-ffn-embed-dim 32 --decoder-layers 2 --decoder-attention-heads 2 "
@@ -37,7 +37,7 @@ def distributed_run(tiny_corpus, tmp_path_factory):
     save_dir = tmp / "ckpt"
     proc = run(
         ["bash", os.path.join(ROOT, "scripts", "train", "train.sh"), config, "cpu", "--gpus", "2",
-         "--launcher", "torchrun", "--backend", "gloo", "--master-port", str(29500 + os.getpid() % 400),
+         "--launcher", "torchrun", "--backend", "gloo", "--master-port", str(free_port()),
          "--data", str(tiny_corpus / "bin"), "--save-dir", str(save_dir), "--",
          *QUICK, "--max-update", "4", "--save-interval-updates", "2", "--keep-interval-updates", "5"])
     return tmp, save_dir, proc.stdout + proc.stderr
@@ -60,7 +60,7 @@ def test_torchrun_workers_run_this_copy_from_the_root_of_another_checkout(tiny_c
     env.update(PYTHONPATH=ROOT, OMP_NUM_THREADS="1")  # the driver itself: this copy (-P below)
     proc = subprocess.run(
         [sys.executable, "-P", "-m", "fairseq_ctx.reproduce.train", config, "cpu", "--gpus", "1",
-         "--launcher", "torchrun", "--backend", "gloo", "--master-port", str(29100 + os.getpid() % 400),
+         "--launcher", "torchrun", "--backend", "gloo", "--master-port", str(free_port()),
          "--data", str(tiny_corpus / "bin"), "--save-dir", str(tmp_path / "ckpt"), "--",
          *QUICK, "--max-update", "1"], capture_output=True, text=True, cwd=shadow, env=env, timeout=600)
     log = proc.stdout + proc.stderr

