@@ -10,8 +10,10 @@ import pytest
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # a parallel worker (scripts/run-tests.sh): one thread here and in the commands it starts,
-    # so that the workers together use the cores once (torch reads this when it is imported)
+    # one process in the data preparations it runs, so that the workers together use the cores
+    # once (torch reads OMP_NUM_THREADS when it is imported)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("WORKERS", "1")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(ROOT, "fairseq_ctx")

@@ -423,7 +423,29 @@ def test_a_worker_setup_error_is_raised_at_once_and_leaves_no_output(tmp_path):
 
 
 def test_default_workers_are_the_cpus_this_job_may_use():
-    assert streaming.default_workers() == len(os.sched_getaffinity(0))
+    assert streaming.default_workers() == min(len(os.sched_getaffinity(0)),
+                                              streaming.cgroup_cpu_limit() or len(os.sched_getaffinity(0)))
+
+
+@pytest.mark.parametrize("files, cpus", [
+    ({"cpu.max": "150000 100000\n"}, 2),  # v2, docker --cpus 1.5
+    ({"cpu.max": "50000 100000\n"}, 1),
+    ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu/cpu.cfs_quota_us": "400000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 4),  # v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({}, None),
+])
+def test_a_containers_cpu_quota_limits_the_workers(tmp_path, files, cpus):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert streaming.cgroup_cpu_limit(str(tmp_path)) == cpus
+
+
+def test_the_default_workers_obey_a_quota_below_the_affinity(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))  # a 64-core host
+    monkeypatch.setattr(streaming, "cgroup_cpu_limit", lambda: 2)
+    assert streaming.default_workers() == 2
 
 
 # -- input that is not UTF-8 ----------------------------------------------------------------------
@@ -545,9 +567,10 @@ def test_the_bpe_word_cache_of_a_worker_stays_bounded(bpe_text, monkeypatch):
 def test_data_preparation_uses_every_cpu_even_with_omp_num_threads_set():
     """GNU nproc obeys OMP_NUM_THREADS, which cluster job scripts often set to 1."""
     common = os.path.join(os.path.dirname(streaming.__file__), os.pardir, "scripts", "data", "common.sh")
+    env = {k: v for k, v in os.environ.items() if k != "WORKERS"}  # (a parallel test worker sets it)
     out = subprocess.run(["bash", "-c", f'source "{common}"; echo "$WORKERS"'], capture_output=True, text=True,
-                         env=dict(os.environ, OMP_NUM_THREADS="1", PY=sys.executable), check=True).stdout
-    assert out.split()[-1] == str(len(os.sched_getaffinity(0)))
+                         env=dict(env, OMP_NUM_THREADS="1", PY=sys.executable), check=True).stdout
+    assert out.split()[-1] == str(streaming.default_workers())
 
 
 def test_sentencepiece_encoding_on_workers_is_the_librarys_line_by_line(bpe_text, tmp_path, monkeypatch):

@@ -14,6 +14,11 @@ import pytest
 from tests.equation_mutations import MUTATIONS, ROOT
 
 
+def test_every_family_has_hand_mutations():
+    assert set(MUTATIONS) == {"sentential", "context_aware", "cross_agg", "multihop"}
+    assert all(mutations for _, mutations in MUTATIONS.values())
+
+
 # one test per family, so that parallel workers share them out
 @pytest.mark.parametrize("family", list(MUTATIONS))
 def test_every_hand_mutation_of_the_glue_fails_an_equation_test(family, tmp_path):

@@ -13,6 +13,9 @@ from fairseq_ctx.analysis import model_statistics
 from fairseq_ctx.reproduce import runner, tables
 from tests.conftest import ROOT, TINY_TEST_SENTENCES, free_port, run, shadow_checkout
 
+# on one parallel test worker (scripts/run-tests.sh): its torchrun training (distributed_run) is made once
+pytestmark = pytest.mark.xdist_group("test_experiments_pipeline")
+
 TINY = ("--encoder-embed-dim 16 --encoder-ffn-embed-dim 32 --encoder-layers 2 --encoder-attention-heads 2 "
         "--decoder-embed-dim 16 --decoder-ffn-embed-dim 32 --decoder-layers 2 --decoder-attention-heads 2 "
         "--share-decoder-input-output-embed --optimizer adam --lr 1e-3 --criterion label_smoothed_cross_entropy "

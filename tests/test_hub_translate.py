@@ -9,6 +9,9 @@ import pytest
 
 from tests.conftest import TRAIN_DEFAULTS, USER_DIR, fairseq_cli, run
 
+# on one parallel test worker (scripts/run-tests.sh): its trained model (trained) is made once
+pytestmark = pytest.mark.xdist_group("test_hub_translate")
+
 TINY = [
     "--arch", "transformer_sentential", "--sentential-global", "attention", "--sentential-deep", "rnn",
     "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--encoder-layers", "2",

@@ -13,6 +13,9 @@ import pytest
 
 from tests.conftest import shadow_checkout
 
+# on one parallel test worker (scripts/run-tests.sh): its wheel build and install (installed) is made once
+pytestmark = pytest.mark.xdist_group("test_installed_package")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = [
     "fairseq-ctx-reproduce", "fairseq-ctx-rehearsal", "fairseq-ctx-train", "fairseq-ctx-prepare-data",

@@ -14,6 +14,9 @@ import pytest
 
 from tests.conftest import ROOT, cli_env
 
+# on one parallel test worker (scripts/run-tests.sh): Table 3 reuses the models Table 2 trained
+pytestmark = pytest.mark.xdist_group("test_rehearsal_smoke")
+
 SCRIPTS = os.path.join(ROOT, "scripts", "reproduce")
 
 
@@ -59,7 +62,7 @@ def test_wang_table2_big_rows_against_transformer_big_in_german_and_french(resul
     assert {"command", "torch", "fairseq", "hardware", "setting"} <= set(de["provenance"])
 
 
-def test_iida_table2_japanese_targets_sentencepiece_and_2_to_2_then_table3_reuses_its_models(results):
+def test_iida_table2_japanese_targets_sentencepiece_and_2_to_2(results):
     out = smoke(results, "iida2019_table2", "--only", "base", "--only", "dep_h2k2")
     cells = {c: ours(out, f"{c} (ours, tokenized)") for c in ("OS ja-en", "OS en-ja", "ASPEC ja-en", "ASPEC en-ja",
                                                                "OS+ctx ja-en", "OS+ctx en-ja")}
@@ -73,8 +76,8 @@ def test_iida_table2_japanese_targets_sentencepiece_and_2_to_2_then_table3_reuse
     assert len(iida) == 12 and all(r["checkpoint"].endswith("checkpoint_best.pt") for r in iida)
     assert "\u2020 / \u2021 after ours" in out  # the paper's glyphs for "better than the RNN baseline"
 
-    # Table 3 in the same test: parallel workers (pytest-xdist) may split a module's tests, and
-    # Table 3 must find Table 2's models in this results directory
+
+def test_iida_table3_reuses_table2_models_and_scores_every_length_bucket(results):
     out = smoke(results, "iida2019_table3")  # base and dep_h2k2 were trained for Table 2 above
     logs = [os.path.join(d, "train.log") for d, _, files in os.walk(results) if "train.log" in files
             and "aspec-ja-en" in d]

@@ -12,6 +12,9 @@ import pytest
 from fairseq_ctx.reproduce import smoke_data
 from tests.conftest import ROOT, cli_env, pip_interrupted_while_copying
 
+# on one parallel test worker (scripts/run-tests.sh): its smoke corpora (smoke_root) is made once
+pytestmark = pytest.mark.xdist_group("test_smoke_data")
+
 
 @pytest.fixture(scope="module")
 def smoke_root(tmp_path_factory):

@@ -171,12 +171,34 @@ def count_lines(path: str) -> int:
 ROUND_LINES = 40000  # lines in flight in map_line_blocks (read, not yet returned), whatever the workers
 
 
-def default_workers() -> int:
-    """The CPUs this process may run on (a SLURM job's allocation, taskset), not the node's."""
+def cgroup_cpu_limit(root: str = "/sys/fs/cgroup") -> Optional[int]:
+    """The CPUs a container's CPU quota allows, rounded up (docker --cpus, a Kubernetes limit:
+    cgroup v2 cpu.max, or v1 cpu.cfs_quota_us / cpu.cfs_period_us); None without a quota. The
+    quota does not show in the affinity mask: such a container sees every core of its host."""
     try:
-        return len(os.sched_getaffinity(0))
+        with open(os.path.join(root, "cpu.max")) as handle:
+            quota, period = handle.read().split()[:2]
+        return None if quota == "max" else max(1, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as handle:
+            quota = int(handle.read())
+        with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as handle:
+            period = int(handle.read())
+        return max(1, -(-quota // period)) if quota > 0 and period > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def default_workers() -> int:
+    """The CPUs this process may use: its affinity (a SLURM job's allocation, taskset), not the
+    node's cores, and at most what a container's CPU quota allows."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    return min(cpus, cgroup_cpu_limit() or cpus)
 
 
 def _line_blocks(lines: Iterable[str], size: int) -> Iterator[list]:

