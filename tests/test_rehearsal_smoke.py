@@ -14,8 +14,9 @@ import pytest
 
 from tests.conftest import ROOT, cli_env
 
-# on one parallel test worker (scripts/run-tests.sh): Table 3 reuses the models Table 2 trained
-pytestmark = pytest.mark.xdist_group("test_rehearsal_smoke")
+# Iida's Table 3 reuses the models its Table 2 test trained in this module's results directory: both
+# on one parallel test worker (scripts/run-tests.sh), in this order; the other tables on any
+IIDA_TABLES = pytest.mark.xdist_group("iida_rehearsal")
 
 SCRIPTS = os.path.join(ROOT, "scripts", "reproduce")
 
@@ -62,6 +63,7 @@ def test_wang_table2_big_rows_against_transformer_big_in_german_and_french(resul
     assert {"command", "torch", "fairseq", "hardware", "setting"} <= set(de["provenance"])
 
 
+@IIDA_TABLES
 def test_iida_table2_japanese_targets_sentencepiece_and_2_to_2(results):
     out = smoke(results, "iida2019_table2", "--only", "base", "--only", "dep_h2k2")
     cells = {c: ours(out, f"{c} (ours, tokenized)") for c in ("OS ja-en", "OS en-ja", "ASPEC ja-en", "ASPEC en-ja",
@@ -77,6 +79,7 @@ def test_iida_table2_japanese_targets_sentencepiece_and_2_to_2(results):
     assert "\u2020 / \u2021 after ours" in out  # the paper's glyphs for "better than the RNN baseline"
 
 
+@IIDA_TABLES
 def test_iida_table3_reuses_table2_models_and_scores_every_length_bucket(results):
     out = smoke(results, "iida2019_table3")  # base and dep_h2k2 were trained for Table 2 above
     logs = [os.path.join(d, "train.log") for d, _, files in os.walk(results) if "train.log" in files
