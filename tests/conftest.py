@@ -27,6 +27,10 @@ TRAIN_DEFAULTS = [
     "--label-smoothing", "0.1", "--max-tokens", "400", "--required-batch-size-multiple", "1",
     "--no-progress-bar", "--log-interval", "1", "--num-workers", "0", "--seed", "1",
     "--no-epoch-checkpoints", "--dropout", "0.1",
+    # no background batch thread: fairseq leaves it (a daemon) collating when --max-update stops
+    # an epoch, and Python 3.11 ending a daemon thread inside torch code aborts the finished
+    # process ("terminate called without an active exception", rc -6; seen once in a parallel run)
+    "--data-buffer-size", "0",
 ]
 
 
