@@ -6,6 +6,7 @@ bias, so that its parameter goes through a checkpoint, a resume, generate and in
 dropout on C U (not in the paper either), so that a model trained with it goes the same road (that
 it is the identity in generation is pinned by tests/test_context_aware_model.py); and the pairing
 and exact resume of --context-dropout runs through fairseq-train."""
+import copy
 import os
 import re
 
@@ -62,3 +63,56 @@ def test_context_dropout_keeps_the_stock_training_noise_and_resumes_exactly(tiny
     assert sorted(expected) == sorted(got)
     for name in expected:
         assert torch.equal(expected[name], got[name]), name
+
+
+def test_freeze_context_trains_the_stock_transformer_with_quartered_encoder_logits(tiny_corpus, tmp_path):
+    """Init study arm 19 (--context-init gate_half_zero_context --freeze-context, not in the
+    paper) through fairseq-train, a resume included: nothing the context adds is trained (U = 0,
+    V = 0, every gate sigmoid(0) = 1/2 after 4 updates), the stock weights are, and the trained
+    model is, from Eq. 5-6 with lambda = 1/2 and C U = 0, the stock transformer with each
+    contextualised layer's Q and K halved: built as `transformer` from the checkpoint's stock
+    tensors with those layers' W_Q, W_K (and biases) halved, it gives the same logits."""
+    from fairseq import checkpoint_utils
+    from fairseq.models.transformer import TransformerModel
+
+    from tests.model_checks import decoder_logits, random_batch
+
+    data = str(tiny_corpus / "bin")
+    save_dir = str(tmp_path / "frozen")
+    arch = ["--encoder-context", "deep_global+deep", "--context-init", "gate_half_zero_context", *TINY]
+
+    def train(updates):
+        run([*fairseq_cli("train", data, "--user-dir", USER_DIR, *TRAIN_DEFAULTS,
+                          "--arch", "transformer_context_aware", *arch, "--freeze-context",
+                          "--save-dir", save_dir, "--max-update", str(updates))])
+        return torch.load(os.path.join(save_dir, "checkpoint_last.pt"), map_location="cpu",
+                          weights_only=False)
+
+    after_two = {k: v.clone() for k, v in train(2)["model"].items()}
+    checkpoint = train(4)
+    assert checkpoint["optimizer_history"][-1]["num_updates"] == 4
+    state = checkpoint["model"]
+    added = [k for k in state if ".contextualizer." in k]
+    assert len(added) == 1 + 2 + 2 * 2  # U: layer 1 global, layer 2 global and deep; V^H, V^C per layer
+    assert all(torch.count_nonzero(state[k]) == 0 for k in added)
+    stock_keys = [k for k in state if k not in added]
+    moved = [k for k in stock_keys if not torch.equal(state[k], after_two[k])]
+    assert "encoder.layers.0.self_attn.q_proj.weight" in moved and len(moved) > len(stock_keys) // 2
+
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([os.path.join(save_dir, "checkpoint_last.pt")])
+    frozen = models[0].eval().double()
+    assert not any(p.requires_grad for k, p in frozen.named_parameters() if ".contextualizer." in k)
+    stock_args = copy.deepcopy(cfg.model)
+    stock_args.arch = "transformer"
+    stock = TransformerModel.build_model(stock_args, task)
+    stock_state = {k: v for k, v in state.items() if k not in added}
+    for layer in range(2):  # both encoder layers carry a context here
+        for name in ("q_proj", "k_proj"):
+            for part in ("weight", "bias"):
+                stock_state[f"encoder.layers.{layer}.self_attn.{name}.{part}"] = (
+                    stock_state[f"encoder.layers.{layer}.self_attn.{name}.{part}"] / 2)
+    stock.load_state_dict(stock_state)
+    stock = stock.eval().double()
+    batch = random_batch(frozen, (7, 5, 3), (4, 6, 2))[:3]
+    torch.testing.assert_close(decoder_logits(frozen, *batch), decoder_logits(stock, *batch),
+                               rtol=1e-10, atol=1e-10)

@@ -483,14 +483,15 @@ def test_retain_dropout_keeps_the_context_dropout_on_in_generation():
 
 
 def test_checkpoints_without_the_not_in_the_paper_options_build_the_paper_model():
-    """A checkpoint written before --context-gate-bias / --context-dropout existed has neither in
-    its args: the architecture fills them with 'no bias' and 'no dropout'."""
+    """A checkpoint written before --context-gate-bias / --context-dropout / --freeze-context existed
+    has none of them in its args: the architecture fills them with 'no bias', 'no dropout' and
+    'trained'."""
     from fairseq_ctx.models.transformer_context_aware import context_aware_base_architecture
     from tests.model_checks import parse_train_args
 
     args = parse_train_args([*ARCH, *TINY])
-    assert (args.context_gate_bias, args.context_dropout) == (None, 0.0)
-    for name in ("context_gate_bias", "context_dropout"):
+    assert (args.context_gate_bias, args.context_dropout, args.freeze_context) == (None, 0.0, False)
+    for name in ("context_gate_bias", "context_dropout", "freeze_context"):
         delattr(args, name)
     context_aware_base_architecture(args)
-    assert (args.context_gate_bias, args.context_dropout) == (None, 0.0)
+    assert (args.context_gate_bias, args.context_dropout, args.freeze_context) == (None, 0.0, False)

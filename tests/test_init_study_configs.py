@@ -47,6 +47,11 @@ ARMS = {
     # is 02's starting context term alone (the same gates, slope and parameters)
     "18-context_aware-gate_half_zero_context": ("01-context_aware-glorot", "01-transformer_context_aware",
                                                 ["--context-init", "gate_half_zero_context"]),
+    # 18 with nothing the context adds trained (gates fixed at 0.5, U = 0 throughout): the stock
+    # transformer with the encoder's Q and K halved for the whole run, its logits quartered;
+    # 19 - 00 is what that scaling alone does, 18 - 19 what 18's learned gates and context add
+    "19-context_aware-frozen_half_zero_context": ("01-context_aware-glorot", "01-transformer_context_aware",
+                                                  ["--context-init", "gate_half_zero_context", "--freeze-context"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
@@ -137,6 +142,12 @@ def test_config_builds(name):
         contextualizers = [layer.self_attn.contextualizer for layer in model.encoder.layers]
         assert all(c is not None and c.gated for c in contextualizers)
         assert all(torch.count_nonzero(p) == 0 for c in contextualizers for p in c.parameters())
+    if "frozen_half_zero_context" in name:
+        # 18's start (V = 0, U = 0) with nothing the context adds trainable: the gates stay 0.5
+        added = {n for n, _ in model.named_parameters() if ".contextualizer." in n}
+        assert len(added) == 3 + 4 + 4  # layer 1: global U; layers 2-3: global and deep U; V^H, V^C
+        assert all(torch.count_nonzero(p) == 0 for n, p in model.named_parameters() if n in added)
+        assert {n for n, p in model.named_parameters() if not p.requires_grad} == added
     if "no_gate" in name:
         # no gate vectors; U holds the numbers 02 draws at the same seed, rescaled from Glorot's
         # Var 2 / (fan_in + d) to 1 / (2 n fan_in) for n projections summed in the layer: the

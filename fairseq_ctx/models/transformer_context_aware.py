@@ -374,13 +374,24 @@ class ContextAwareTransformerModel(TransformerModel):
                                  'the same dropped C U in Eq. 5 and Eq. 6: noise on the added term, '
                                  'its masks from a private generator (the stock dropout masks stay as '
                                  'without it). Default: 0 (none)')
+        parser.add_argument('--freeze-context', action='store_true',
+                            help='not in the paper (a diagnostic arm of the initialisation study): '
+                                 'train nothing the context adds (U, V, a gate bias keep their '
+                                 'starting values). With --context-init gate_half_zero_context '
+                                 'every gate stays 0.5 and U = 0: the stock transformer with the '
+                                 'contextualised Q and / or K halved throughout (its logits quartered)')
         # fmt: on
 
     @classmethod
     def build_model(cls, args, task):
         context_aware_base_architecture(args)  # fill options missing in older checkpoints
         validate_context_args(args)
-        return super().build_model(args, task)
+        model = super().build_model(args, task)
+        if args.freeze_context:
+            # fairseq's trainer optimises only parameters that require a gradient
+            for _, attention in model._context_attentions():
+                attention.contextualizer.requires_grad_(False)
+        return model
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
@@ -500,6 +511,8 @@ def context_aware_base_architecture(args):
     _set_default(args, "context_gate_bias", None)
     # not in the paper, never on by default (older checkpoints have no value: none)
     _set_default(args, "context_dropout", 0.0)
+    # not in the paper, never on by default (older checkpoints have no value: trained)
+    _set_default(args, "freeze_context", False)
     base_architecture(args)
 
 
