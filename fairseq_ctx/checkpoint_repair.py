@@ -18,6 +18,7 @@ by hand, before resubmitting a plain fairseq-train (never while a training write
 Not handled: names with ``--checkpoint-suffix`` or shard suffixes (FSDP, model parallel).
 """
 import os
+import re
 import shutil
 import sys
 import zipfile
@@ -66,6 +67,23 @@ def finished_at(save_dir, max_update):
         return None
     updates = stored_updates(last)
     return updates if updates is not None and updates >= max_update else None
+
+
+FAIRSEQ_DONE = "done training in"  # fairseq_cli.train logs it after the last checkpoint is saved
+_FAIRSEQ_DONE_LINE = re.compile(r"^\S.* \| fairseq_cli\.train \| done training in [0-9.]+ seconds$", re.MULTILINE)
+
+
+def finished_before_the_exit(save_dir, max_update, log_text):
+    """For a fairseq-train that exited non-zero: the update count when it had finished before
+    the exit (``log_text``, this attempt's output, says "done training in" and checkpoint_last.pt
+    is whole at ``max_update``), else None. Such an exit comes from the interpreter's shutdown,
+    not the training: fairseq's BufferedIterator leaves a daemon thread collating batches when
+    --max-update stops an epoch midway, and Python 3.11 ends a daemon thread that re-takes the GIL
+    inside torch code with std::terminate (rc -6, "terminate called without an active
+    exception"), after every checkpoint was written."""
+    if not _FAIRSEQ_DONE_LINE.search(log_text):  # fairseq's log line, not a command line quoting it
+        return None
+    return finished_at(save_dir, max_update)
 
 
 def _candidates(save_dir):

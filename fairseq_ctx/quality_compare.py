@@ -112,7 +112,10 @@ import threading
 import time
 
 from .atomic import atomic_write
-from .checkpoint_repair import finished_at, restore_last_from_newest_whole, stored_updates, written_to_the_end
+from .checkpoint_repair import (
+    FAIRSEQ_DONE, finished_at, finished_before_the_exit, restore_last_from_newest_whole, stored_updates,
+    written_to_the_end,
+)
 from .evaluation.defaults import PAPER_DEFAULTS
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
 from .run_lock import RunInUse, RunLock, held_fds
@@ -259,12 +262,21 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
     with open(log_path, "a") as log:
         log.write(" ".join(shlex.quote(c) for c in cmd) + "\n")
         log.flush()
+        started_at = log.tell()
         # the training holds its run's lock too: killing this driver does not free the directory
         p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=held_fds(save_dir))
     if p.returncode != 0:
-        with open(log_path) as f:
-            tail = f.read()[-3000:]
-        raise RuntimeError(f"training failed (rc {p.returncode}), log {log_path}:\n{tail}")
+        with open(log_path, errors="replace") as f:
+            f.seek(started_at)
+            this_attempt = f.read()
+        done = finished_before_the_exit(save_dir, updates, this_attempt)
+        if done is None:
+            raise RuntimeError(f"training failed (rc {p.returncode}), log {log_path}:\n{this_attempt[-3000:]}")
+        message = (f"fairseq-train exited {p.returncode} after it had finished (\"{FAIRSEQ_DONE}\", "
+                   f"checkpoint_last.pt whole at update {done}): taken as finished")
+        with open(log_path, "a") as log:
+            log.write(f"[quality] {message}\n")
+        print(f"[quality] {save_dir}: {message}", flush=True)
     return time.time() - t0
 
 

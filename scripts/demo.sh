@@ -63,6 +63,18 @@ elif [ "${DEMO_ALL_GPUS:-0}" = 1 ]; then
     all_gpus=" all_gpus=${#gpus[@]}"; gpus=()  # every row data-parallel on all of them
 fi
 
+# fairseq-train can exit non-zero at interpreter shutdown after it has finished (rc -6 from its batch
+# thread under Python 3.11; fairseq_ctx/checkpoint_repair.py): its log says so and checkpoint_last.pt
+# is whole at --max-update. Call right after the failed fairseq-train (reads its exit status).
+finished_before_the_exit() {
+    local rc=$? row=$1 dir=$2 done
+    done=$($PY -c 'import sys; from fairseq_ctx.checkpoint_repair import finished_before_the_exit as f
+with open(sys.argv[3], errors="replace") as log: print(f(sys.argv[1], int(sys.argv[2]), log.read()) or "")' \
+        "$dir/checkpoints" "$DEMO_UPDATES" "$dir/train.log") || return 1
+    [ -n "$done" ] || return 1
+    echo "demo: $row: fairseq-train exited $rc after it had finished (checkpoint_last.pt whole at update $done): taken as finished" >&2
+}
+
 run_row() {
     local row=$1 dir=$DEMO_DIR/runs/$1 settings t0 t1
     local -a arch_args
@@ -78,6 +90,7 @@ run_row() {
     t0=$(date +%s)
     OMP_NUM_THREADS=$DEMO_THREADS fairseq-train "$data/bin" --user-dir fairseq_ctx "${common[@]}" "${arch_args[@]}" \
         --max-update "$DEMO_UPDATES" --seed "$DEMO_SEED" --save-dir "$dir/checkpoints" > "$dir/train.log" 2>&1 \
+        || finished_before_the_exit "$row" "$dir" \
         || { tail -n 30 "$dir/train.log" >&2; echo "demo: $row: training failed (log: $dir/train.log)" >&2; return 1; }
     t1=$(date +%s)
     OMP_NUM_THREADS=$DEMO_THREADS $PY -m fairseq_ctx.evaluation --paper demo --data "$data/bin" \

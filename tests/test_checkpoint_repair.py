@@ -346,7 +346,7 @@ def test_a_finished_training_is_not_started_again(tiny_data_bin, tmp_path):
     """Real fairseq-train started on a directory already at --max-update takes one more update
     and overwrites checkpoint_last.pt (the premise, pinned here); finished_at sees it first, and
     the runner's cell and fairseq-ctx-train then do not start fairseq-train again."""
-    from fairseq_ctx.checkpoint_repair import finished_at
+    from fairseq_ctx.checkpoint_repair import finished_at, finished_before_the_exit
     from fairseq_ctx.reproduce import train as train_mod
     from tests.test_reproduce_road import _options
 
@@ -355,8 +355,10 @@ def test_a_finished_training_is_not_started_again(tiny_data_bin, tmp_path):
                         "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
                         "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
                         "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--save-dir", str(save_dir))
-    run([*train, "--max-update", "3"])
+    proc = run([*train, "--max-update", "3"])
     assert finished_at(str(save_dir), 3) == 3 and finished_at(str(save_dir), 4) is None
+    # the line finished_before_the_exit looks for is the one real fairseq-train logs
+    assert finished_before_the_exit(str(save_dir), 3, proc.stdout + proc.stderr) == 3
     once_more = tmp_path / "once-more"
     shutil.copytree(save_dir, once_more)
     run([*train[:-1], str(once_more), "--max-update", "3"])
@@ -403,3 +405,68 @@ def test_fairseq_ctx_train_refuses_a_directory_a_training_holds(tmp_path, monkey
     with pytest.raises(SystemExit) as e:
         train.main(common)
     assert e.value.code == 0 and len(started[0]["pass_fds"]) == 1  # the training holds it too
+
+
+# A fairseq-train that saves checkpoint_last.pt at update SAVED, logs fairseq's "done training"
+# line (or not), and dies of SIGABRT, as Python 3.11's shutdown kills it when fairseq's batch
+# thread is still collating ("terminate called without an active exception", rc -6).
+ABORT_AFTER_SAVING = """
+import os, sys, torch
+save_dir, saved, says_done = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+os.makedirs(save_dir, exist_ok=True)
+torch.save({"model": {}, "optimizer_history": [{"num_updates": saved}]}, os.path.join(save_dir, "checkpoint_last.pt"))
+if says_done:
+    print("2026-11-27 20:00:00 | INFO | fairseq_cli.train | done training in 1.0 seconds", flush=True)
+print("terminate called without an active exception", flush=True)
+os.abort()
+"""
+
+
+@pytest.mark.parametrize("saved, says_done, finished", [(3, True, True), (2, True, False), (3, False, False)])
+def test_an_exit_after_the_training_finished_is_taken_as_finished(tmp_path, capsys, monkeypatch, saved, says_done,
+                                                                   finished):
+    """A non-zero exit of fairseq-train after it logged "done training" with checkpoint_last.pt
+    whole at --max-update is a finished training (the runner's cell, fairseq-ctx-quality-compare,
+    fairseq-ctx-train go on); short of --max-update, or without the line where a log is read, a
+    failure as before."""
+    from fairseq_ctx import quality_compare as qc
+    from fairseq_ctx.reproduce import train as train_mod
+    from tests.test_reproduce_road import _options
+
+    def fake(save_dir):
+        return [sys.executable, "-c", ABORT_AFTER_SAVING, str(save_dir), str(saved), "1" if says_done else "0"]
+
+    table = tables.TABLES["cao_table2"]
+    cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path / "results"), str(tmp_path))[0]
+    cell.train_cmd = [*fake(cell.checkpoint_dir), "--max-update", "3"]
+    runner.run_cell(cell, "cpu", False, dict(os.environ), train_only=True)
+    log = (pathlib.Path(cell.train_dir) / "train.log").read_text()
+    if finished:
+        assert cell.status == "trained" and "exited -6 after it had finished" in log
+        assert json.loads((pathlib.Path(cell.train_dir) / "train.json").read_text())["exit_after_finishing"] == -6
+    else:
+        assert cell.status == "FAILED" and cell.message.startswith("training exited -6")
+        assert not (pathlib.Path(cell.train_dir) / "train.json").exists()
+
+    real_run = qc.subprocess.run
+    monkeypatch.setattr(qc.subprocess, "run", lambda cmd, **kw: real_run(fake(cmd[cmd.index("--save-dir") + 1]), **kw))
+    save_dir, log_path = tmp_path / "qc" / "checkpoints", tmp_path / "qc-train.log"
+    with open(log_path, "w") as f:  # an earlier attempt's line in the same log must not count
+        f.write("2026-11-27 19:00:00 | INFO | fairseq_cli.train | done training in 9.0 seconds\n")
+    if finished:
+        qc.train("data", [], [], 3, 1, str(save_dir), str(log_path))
+        assert "exited -6 after it had finished" in log_path.read_text() + capsys.readouterr().out
+    else:
+        with pytest.raises(RuntimeError, match=r"training failed \(rc -6\)"):
+            qc.train("data", [], [], 3, 1, str(save_dir), str(log_path))
+
+    if says_done:  # fairseq-ctx-train reads no log: its start checked that it had not finished
+        save_dir = tmp_path / "ctx-train"
+        real_call = train_mod.subprocess.call
+        monkeypatch.setattr(train_mod.subprocess, "call",
+                            lambda cmd, **kw: real_call(fake(save_dir), stdout=subprocess.DEVNULL))
+        with pytest.raises(SystemExit) as e:
+            train_mod.main(["yang2019/both.args", "cpu", "--data", str(tmp_path), "--save-dir", str(save_dir),
+                            "--skip-checkpoint-check", "--", "--max-update", "3"])
+        assert e.value.code == (0 if finished else -6)
+        assert ("exited -6 after the training had finished" in capsys.readouterr().err) == finished

@@ -67,3 +67,20 @@ def test_on_a_node_with_several_gpus_each_row_sees_one(tiny_corpus, tmp_path):
     hidden = run_demo(tmp_path / "demo-cpu", {**env, "DEMO_ROWS": "00-*", "CUDA_VISIBLE_DEVICES": ""})
     assert hidden.returncode == 0, hidden.stderr[-3000:]
     assert "00-transformer: training 2 updates" in hidden.stdout and "CUDA_VISIBLE_DEVICES=" not in hidden.stdout
+
+
+def test_a_training_that_aborts_after_it_finished_is_scored(tiny_corpus, tmp_path):
+    """The real fairseq-train, then a SIGABRT (as Python 3.11's shutdown gives it when fairseq's
+    batch thread is still collating): the row is finished, so it is scored and tabled."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = shutil.which("fairseq-train", path=cli_env()["PATH"])
+    wrapper = bin_dir / "fairseq-train"
+    wrapper.write_text(f"#!/bin/bash\n'{real}' \"$@\" || exit $?\nkill -ABRT $$\n")
+    wrapper.chmod(0o755)
+    demo_dir = tmp_path / "demo"
+    shutil.copytree(tiny_corpus, demo_dir / "data")
+    result = run_demo(demo_dir, {"PATH": f"{bin_dir}{os.pathsep}{cli_env()['PATH']}"})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert "00-transformer: fairseq-train exited 134 after it had finished" in result.stderr
+    assert "| 00-transformer" in (demo_dir / "table.md").read_text()

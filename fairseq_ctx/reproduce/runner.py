@@ -31,7 +31,7 @@ import time
 from typing import Dict, List, Optional
 
 from ..atomic import atomic_write
-from ..checkpoint_repair import LAST, finished_at, repair_before_resuming
+from ..checkpoint_repair import FAIRSEQ_DONE, LAST, finished_at, finished_before_the_exit, repair_before_resuming
 from ..evaluation.defaults import checkpoint_choice
 from ..paths import CHECKOUT, WORK_DIR, python_env
 from ..run_lock import RunLock, held_fds
@@ -462,7 +462,18 @@ def run_cell(cell, setting, smoke, env, train_only=False):
                 record["finished_in_an_earlier_attempt_at_update"] = done
                 code = 0
             else:
+                started_at = os.path.getsize(log) if os.path.exists(log) else 0
                 code = _run_logged(cell.train_cmd, log, env)
+                if code:
+                    with open(log, encoding="utf-8", errors="replace") as handle:
+                        handle.seek(started_at)
+                        done = finished_before_the_exit(
+                            cell.checkpoint_dir, train_mod.option_int(cell.train_cmd, "--max-update", 0), handle.read())
+                    if done is not None:
+                        _say(cell, log, f"fairseq-train exited {code} after it had finished (\"{FAIRSEQ_DONE}\", "
+                                        f"checkpoint_last.pt whole at update {done}): taken as finished")
+                        record["exit_after_finishing"] = code
+                        code = 0
             if code:
                 cell.status, cell.message = "FAILED", f"training exited {code}; log {log}"
                 cell.log_tail = _tail(log)

@@ -480,7 +480,14 @@ def main(argv=None):
               "finished; not started again", file=sys.stderr, flush=True)
         sys.exit(0)
     # python_env: torchrun's `-m` workers would import a fairseq_ctx in the working directory
-    sys.exit(subprocess.call(cmd, pass_fds=held_fds(args.save_dir), env=python_env()))
+    code = subprocess.call(cmd, pass_fds=held_fds(args.save_dir), env=python_env())
+    done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0)) if code and args.nnodes == 1 else None
+    if done is not None:  # it was not finished before this start: an exit at shutdown, after the last save
+        print(f"train: fairseq-train exited {code} after the training had finished ({args.save_dir}/"
+              f"checkpoint_last.pt whole at update {done}, --max-update): taken as finished; see "
+              "finished_before_the_exit in fairseq_ctx/checkpoint_repair.py", file=sys.stderr, flush=True)
+        code = 0
+    sys.exit(code)
 
 
 if __name__ == "__main__":
