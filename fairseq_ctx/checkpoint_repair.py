@@ -69,7 +69,9 @@ def finished_at(save_dir, max_update):
     return updates if updates is not None and updates >= max_update else None
 
 
-FAIRSEQ_DONE = "done training in"  # fairseq_cli.train logs it after the last checkpoint is saved
+# fairseq_cli.train logs it after its last save (with --write-checkpoints-asynchronously before that
+# write is closed: a cut checkpoint_last.pt then fails the zip check of finished_at)
+FAIRSEQ_DONE = "done training in"
 _FAIRSEQ_DONE_LINE = re.compile(r"^\S.* \| fairseq_cli\.train \| done training in [0-9.]+ seconds$", re.MULTILINE)
 
 

@@ -412,9 +412,13 @@ def test_fairseq_ctx_train_refuses_a_directory_a_training_holds(tmp_path, monkey
 # thread is still collating ("terminate called without an active exception", rc -6).
 ABORT_AFTER_SAVING = """
 import os, sys, torch
-save_dir, saved, says_done = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+save_dir, saved, says_done, cut = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
 os.makedirs(save_dir, exist_ok=True)
-torch.save({"model": {}, "optimizer_history": [{"num_updates": saved}]}, os.path.join(save_dir, "checkpoint_last.pt"))
+last = os.path.join(save_dir, "checkpoint_last.pt")
+torch.save({"model": torch.zeros(500), "optimizer_history": [{"num_updates": saved}]}, last)
+if cut:  # the write cut off (e.g. an asynchronous save not yet closed)
+    with open(last, "r+b") as f:
+        f.truncate(os.path.getsize(last) - 300)
 if says_done:
     print("2026-11-27 20:00:00 | INFO | fairseq_cli.train | done training in 1.0 seconds", flush=True)
 print("terminate called without an active exception", flush=True)
@@ -422,19 +426,21 @@ os.abort()
 """
 
 
-@pytest.mark.parametrize("saved, says_done, finished", [(3, True, True), (2, True, False), (3, False, False)])
+@pytest.mark.parametrize("saved, says_done, cut, finished", [
+    (3, True, False, True), (2, True, False, False), (3, False, False, False), (3, True, True, False)])
 def test_an_exit_after_the_training_finished_is_taken_as_finished(tmp_path, capsys, monkeypatch, saved, says_done,
-                                                                   finished):
+                                                                   cut, finished):
     """A non-zero exit of fairseq-train after it logged "done training" with checkpoint_last.pt
     whole at --max-update is a finished training (the runner's cell, fairseq-ctx-quality-compare,
-    fairseq-ctx-train go on); short of --max-update, or without the line where a log is read, a
-    failure as before."""
+    fairseq-ctx-train go on); short of --max-update, cut off, or without the line where a log is
+    read, a failure as before."""
     from fairseq_ctx import quality_compare as qc
     from fairseq_ctx.reproduce import train as train_mod
     from tests.test_reproduce_road import _options
 
     def fake(save_dir):
-        return [sys.executable, "-c", ABORT_AFTER_SAVING, str(save_dir), str(saved), "1" if says_done else "0"]
+        return [sys.executable, "-c", ABORT_AFTER_SAVING, str(save_dir), str(saved), "1" if says_done else "0",
+                "1" if cut else "0"]
 
     table = tables.TABLES["cao_table2"]
     cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path / "results"), str(tmp_path))[0]

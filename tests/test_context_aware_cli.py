@@ -70,8 +70,9 @@ def test_freeze_context_trains_the_stock_transformer_with_quartered_encoder_logi
     paper) through fairseq-train, a resume included: nothing the context adds is trained (U = 0,
     V = 0, every gate sigmoid(0) = 1/2 after 4 updates), the stock weights are, and the trained
     model is, from Eq. 5-6 with lambda = 1/2 and C U = 0, the stock transformer with each
-    contextualised layer's Q and K halved: built as `transformer` from the checkpoint's stock
-    tensors with those layers' W_Q, W_K (and biases) halved, it gives the same logits."""
+    contextualised layer's Q and K halved (its attention logits times 1/4): built as `transformer`
+    from the checkpoint's stock tensors with those layers' W_Q, W_K (and biases) halved, it gives
+    the same logits."""
     from fairseq import checkpoint_utils
     from fairseq.models.transformer import TransformerModel
 

@@ -495,3 +495,18 @@ def test_checkpoints_without_the_not_in_the_paper_options_build_the_paper_model(
         delattr(args, name)
     context_aware_base_architecture(args)
     assert (args.context_gate_bias, args.context_dropout, args.freeze_context) == (None, 0.0, False)
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_freeze_context_freezes_every_added_tensor_on_both_sides_and_nothing_stock(freeze):
+    """--freeze-context (init study arm 19, not in the paper): U, V^H, V^C and the gate bias of
+    every contextualised layer, encoder and decoder, stop requiring a gradient; no stock tensor."""
+    options = [*context("deep_global+deep", "deep_global+deep"), "--context-gate-bias", "-2"]
+    model = tiny_model(*options, *(["--freeze-context"] if freeze else []))
+    added = {n for n, _ in model.named_parameters() if ".contextualizer." in n}
+    # per side: layer 1 global U; layers 2-3 global and deep U; V^H, V^C and the bias in each layer
+    assert len(added) == 2 * (1 + 2 + 2 + 3 * 3)
+    assert {n.split(".")[0] for n in added} == {"encoder", "decoder"}
+    assert sum(n.endswith("gate_bias") for n in added) == 6
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert frozen == (added if freeze else set())

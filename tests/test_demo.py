@@ -1,8 +1,11 @@
 """scripts/demo.sh end to end on a small slice: train a row, translate every test
 sentence, print the BLEU table; a second run reuses the finished row."""
 import os
+import re
 import shutil
 import subprocess
+
+import pytest
 
 from tests.conftest import ROOT, TINY_TEST_SENTENCES, cli_env
 
@@ -69,18 +72,28 @@ def test_on_a_node_with_several_gpus_each_row_sees_one(tiny_corpus, tmp_path):
     assert "00-transformer: training 2 updates" in hidden.stdout and "CUDA_VISIBLE_DEVICES=" not in hidden.stdout
 
 
-def test_a_training_that_aborts_after_it_finished_is_scored(tiny_corpus, tmp_path):
+@pytest.mark.parametrize("trains", [True, False])
+def test_a_training_that_aborts_after_it_finished_is_scored(tiny_corpus, tmp_path, trains):
     """The real fairseq-train, then a SIGABRT (as Python 3.11's shutdown gives it when fairseq's
-    batch thread is still collating): the row is finished, so it is scored and tabled."""
+    batch thread is still collating): the row is finished, so it is scored and tabled. Aborting
+    with fairseq's "done training" line but no training behind it is a failed row."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     real = shutil.which("fairseq-train", path=cli_env()["PATH"])
     wrapper = bin_dir / "fairseq-train"
-    wrapper.write_text(f"#!/bin/bash\n'{real}' \"$@\" || exit $?\nkill -ABRT $$\n")
+    training = (f"'{real}' \"$@\" || exit $?\n" if trains else
+                "echo '2026-11-27 20:00:00 | INFO | fairseq_cli.train | done training in 1.0 seconds'\n")
+    wrapper.write_text(f"#!/bin/bash\n{training}kill -ABRT $$\n")
     wrapper.chmod(0o755)
     demo_dir = tmp_path / "demo"
     shutil.copytree(tiny_corpus, demo_dir / "data")
     result = run_demo(demo_dir, {"PATH": f"{bin_dir}{os.pathsep}{cli_env()['PATH']}"})
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    assert "00-transformer: fairseq-train exited 134 after it had finished" in result.stderr
-    assert "| 00-transformer" in (demo_dir / "table.md").read_text()
+    if trains:
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+        assert "00-transformer: fairseq-train exited 134 after it had finished" in result.stderr
+        assert "| 00-transformer" in (demo_dir / "table.md").read_text()
+    else:
+        assert result.returncode != 0 and "demo: 00-transformer: training failed" in result.stderr
+        table = demo_dir / "table.md"
+        assert "after it had finished" not in result.stderr
+        assert not table.exists() or re.search(r"^\| 00-transformer \|.*\| missing \|$", table.read_text(), re.M)

@@ -48,8 +48,8 @@ ARMS = {
     "18-context_aware-gate_half_zero_context": ("01-context_aware-glorot", "01-transformer_context_aware",
                                                 ["--context-init", "gate_half_zero_context"]),
     # 18 with nothing the context adds trained (gates fixed at 0.5, U = 0 throughout): the stock
-    # transformer with the encoder's Q and K halved for the whole run, its logits quartered;
-    # 19 - 00 is what that scaling alone does, 18 - 19 what 18's learned gates and context add
+    # transformer with the encoder self-attention logits times 1/4 for the whole run; 19 - 00 is
+    # what that scaling does, 18 - 19 what 18's learned gates and context add
     "19-context_aware-frozen_half_zero_context": ("01-context_aware-glorot", "01-transformer_context_aware",
                                                   ["--context-init", "gate_half_zero_context", "--freeze-context"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),

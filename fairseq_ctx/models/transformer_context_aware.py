@@ -377,9 +377,11 @@ class ContextAwareTransformerModel(TransformerModel):
         parser.add_argument('--freeze-context', action='store_true',
                             help='not in the paper (a diagnostic arm of the initialisation study): '
                                  'train nothing the context adds (U, V, a gate bias keep their '
-                                 'starting values). With --context-init gate_half_zero_context '
-                                 'every gate stays 0.5 and U = 0: the stock transformer with the '
-                                 'contextualised Q and / or K halved throughout (its logits quartered)')
+                                 'starting values; pass it again when resuming). With --context-init '
+                                 'gate_half_zero_context and no gate bias every gate stays 0.5 and '
+                                 'C U = 0: the stock transformer with the contextualised layers\' '
+                                 'attention logits times 1/4 for the whole run (--context-apply both; '
+                                 '1/2 with query or key alone)')
         # fmt: on
 
     @classmethod
