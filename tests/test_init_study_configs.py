@@ -47,6 +47,10 @@ ARMS = {
     # is 02's starting context term alone (the same gates, slope and parameters)
     "18-context_aware-gate_half_zero_context": ("01-context_aware-glorot", "01-transformer_context_aware",
                                                 ["--context-init", "gate_half_zero_context"]),
+    # 12's learned gate bias started at 0 instead of -4 (V = 0: every gate starts at 0.5 as in 02, every
+    # tensor as in 02 at the seed): 20 - 02 is the bias parameter alone, 20 - 12 the gates' starting level
+    "20-context_aware-gate_half_bias0": ("01-context_aware-glorot", "01-transformer_context_aware",
+                                         ["--context-init", "gate_half", "--context-gate-bias", "0"]),
     # 18 with nothing the context adds trained (gates fixed at 0.5, U = 0 throughout): the stock
     # transformer with the encoder self-attention logits times 1/4 for the whole run; 19 - 00 is
     # what that scaling does, 18 - 19 what 18's learned gates and context add
@@ -142,6 +146,14 @@ def test_config_builds(name):
         contextualizers = [layer.self_attn.contextualizer for layer in model.encoder.layers]
         assert all(c is not None and c.gated for c in contextualizers)
         assert all(torch.count_nonzero(p) == 0 for c in contextualizers for p in c.parameters())
+    if "bias0" in name:
+        # 02's tensors at the same seed, plus the bias at 0: the gates start at 0.5 as in 02
+        from tests.test_controlled_start import build
+        arm, _ = build(args, seed=5)
+        gate_half, _ = build(configs()["02-context_aware-gate_half"], seed=5)
+        assert sorted(set(arm) - set(gate_half)) == [f"encoder.layers.{i}.self_attn.contextualizer.gate_bias"
+                                                     for i in range(3)]
+        assert all(torch.equal(arm[k], gate_half[k]) for k in gate_half)
     if "frozen_half_zero_context" in name:
         # 18's start (V = 0, U = 0) with nothing the context adds trainable: the gates stay 0.5
         added = {n for n, _ in model.named_parameters() if ".contextualizer." in n}
