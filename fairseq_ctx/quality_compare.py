@@ -54,7 +54,9 @@ Finished runs and finished curve points (same settings) are not redone, so an
 interrupted comparison resumes (an out-dir holds the runs of one data set and direction,
 recorded in OUT_DIR/data.json: other data is refused, not scored as if the same; a run that
 another comparison is training or scoring is refused before anything starts, so two seed sets
-can train in one out-dir at once, each with its own ``--json`` / ``--markdown``); asking for new curve points (or ``--valid-bleu``) of
+can train in one out-dir at once, each with its own ``--json`` / ``--markdown`` / ``--curve-png``:
+a comparison whose report files another one is writing is refused before it starts); asking
+for new curve points (or ``--valid-bleu``) of
 finished runs retrains them and scores every point of the run again (final included):
 the same seed retrains bit for bit only on the same host and thread count, so no run's
 scores mix two trainings. With ``--keep-checkpoints``, a rerun with another ``--beam`` or
@@ -1115,6 +1117,23 @@ def _runs_locked(run_dirs):
         yield
 
 
+def _lock_reports(paths):
+    """Hold PATH.lock (run_lock.RunLock) beside each report file of this comparison, or raise
+    RunInUse naming the comparison that holds one. Returns the ExitStack that holds them."""
+    held = contextlib.ExitStack()
+    try:
+        for path in dict.fromkeys(os.path.abspath(p) for p in paths):
+            try:
+                held.enter_context(RunLock(os.path.dirname(path), os.path.basename(path) + ".lock", inherited=False))
+            except RunInUse as error:
+                raise RunInUse(f"{path}: another comparison writes this report ({error}); pass other "
+                               "--json / --markdown / --curve-png, or wait for it; nothing was started") from None
+    except BaseException:
+        held.close()
+        raise
+    return held
+
+
 def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam=5,
         threads=0, gen_args=(), train_fn=train, eval_fn=evaluate, log=print, jobs=1,
         curve_updates=(), keep_checkpoints=False, valid_ref=None, imported=None, gpus=None, gpus_per_run=None,
@@ -2018,106 +2037,117 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
                 "to GPUs of one model to pair like with like")
         if a.jobs < len(gpus):
             log(f"[quality] warning: --jobs {a.jobs} leaves {len(gpus) - a.jobs} of the {len(gpus)} GPUs idle")
+    # another comparison writing the same report files would replace this one's report with its own
+    # (each file whole, but of the other comparison): refused here, before any training
     try:
-        results = run(configs, baselines, a.seeds, a.updates, common, data_bin, ref, a.out_dir,
-                      a.beam, a.threads, a.gen_args, train_fn=train_fn, eval_fn=eval_fn, log=log,
-                      jobs=a.jobs, curve_updates=curve_updates, keep_checkpoints=a.keep_checkpoints,
-                      valid_ref=valid_ref, imported=imported, gpus=gpus, gpus_per_run=gpus_per_run,
-                      langs=(a.src, a.tgt), train_loss=a.train_loss, train_loss_fn=train_loss_fn)
-    except ImportedRunMismatch as error:  # found before any training
-        p.error(f"--import-runs: {error}")
-    except RunInUse as error:  # found before any training
+        report_locks = _lock_reports([a.json or os.path.join(a.out_dir, "quality.json"),
+                                      a.markdown or os.path.join(a.out_dir, "quality.md"),
+                                      a.curve_png or os.path.join(a.out_dir, "curves.png")])
+    except RunInUse as error:
         p.error(str(error))
-    except RunFailed as error:  # the runs that finished are kept; none is trained again on a rerun
-        print(f"[quality] {error}", file=sys.stderr)
-        why = (f"its training diverged (fairseq stopped it on a non-finite loss). A report counts no diverged run: "
-               f"say so beside the report, and rerun without seed {error.seed} (--seeds) to report the others, "
-               "or change the settings (a lower --lr, a longer warm-up: then every run trains again)"
-               if error.diverged else "fix its cause and rerun")
-        cause = str(error.cause).strip().splitlines()[0] if str(error.cause).strip() else type(error.cause).__name__
-        sys.exit(f"[quality] {error.name} seed {error.seed} failed ({cause}): {why}. The runs that finished are kept in "
-                 f"{a.out_dir} and are not trained again; no report was written.")
-    used = {}
-    first = {}  # runs a report had imported itself: the report they were first imported from
-    for n in results:
-        for s, r in sorted(results[n].items()):
-            if r.get("imported_from"):
-                used.setdefault(r["imported_from"], {}).setdefault(n, []).append(s)
-            if r.get("imported_first_from"):
-                first.setdefault(r["imported_first_from"], {}).setdefault(n, []).append(s)
+    try:
+        try:
+            results = run(configs, baselines, a.seeds, a.updates, common, data_bin, ref, a.out_dir,
+                          a.beam, a.threads, a.gen_args, train_fn=train_fn, eval_fn=eval_fn, log=log,
+                          jobs=a.jobs, curve_updates=curve_updates, keep_checkpoints=a.keep_checkpoints,
+                          valid_ref=valid_ref, imported=imported, gpus=gpus, gpus_per_run=gpus_per_run,
+                          langs=(a.src, a.tgt), train_loss=a.train_loss, train_loss_fn=train_loss_fn)
+        except ImportedRunMismatch as error:  # found before any training
+            p.error(f"--import-runs: {error}")
+        except RunInUse as error:  # found before any training
+            p.error(str(error))
+        except RunFailed as error:  # the runs that finished are kept; none is trained again on a rerun
+            print(f"[quality] {error}", file=sys.stderr)
+            why = (f"its training diverged (fairseq stopped it on a non-finite loss). A report counts no diverged run: "
+                   f"say so beside the report, and rerun without seed {error.seed} (--seeds) to report the others, "
+                   "or change the settings (a lower --lr, a longer warm-up: then every run trains again)"
+                   if error.diverged else "fix its cause and rerun")
+            cause = str(error.cause).strip().splitlines()[0] if str(error.cause).strip() else type(error.cause).__name__
+            sys.exit(f"[quality] {error.name} seed {error.seed} failed ({cause}): {why}. The runs that finished are kept in "
+                     f"{a.out_dir} and are not trained again; no report was written.")
+        used = {}
+        first = {}  # runs a report had imported itself: the report they were first imported from
+        for n in results:
+            for s, r in sorted(results[n].items()):
+                if r.get("imported_from"):
+                    used.setdefault(r["imported_from"], {}).setdefault(n, []).append(s)
+                if r.get("imported_first_from"):
+                    first.setdefault(r["imported_first_from"], {}).setdefault(n, []).append(s)
 
-    # a seed pair whose two runs come from different places (imported / here, two reports)
-    def origin(rec):  # the report a run was first imported from (None: trained here)
-        return rec.get("imported_first_from") or rec.get("imported_from")
+        # a seed pair whose two runs come from different places (imported / here, two reports)
+        def origin(rec):  # the report a run was first imported from (None: trained here)
+            return rec.get("imported_first_from") or rec.get("imported_from")
 
-    mixed = [f"{n} vs {b} seed {s}" for n, b in sorted(baselines.items()) if b
-             for s in a.seeds if s in results[n] and s in results[b] and origin(results[n][s]) != origin(results[b][s])]
-    for pair in mixed:
-        log(f"[quality] warning: {pair}: the two runs were trained in different places (see --import-runs)")
-    # runs reused ("done already", imported) under edited model code would be compared as if equal
-    by_code, unrecorded = runs_by_model_code(results, [n for n in configs if arch_of(configs[n]) not in STOCK_ARCHS])
-    model_code_runs = by_code if set(by_code) - {software["model_code"]} else None
-    for code, runs in sorted((model_code_runs or {}).items()):
-        if code != software["model_code"]:
-            log(f"[quality] warning: {len(runs)} run(s) trained with other model code ({code}; this code: "
-                f"{software['model_code']}): {', '.join(runs)}; to train them with this code, delete their run "
-                "directories (imported runs: leave out their --import-runs report)")
-    # what trained the runs, against what this process would train them with
-    runs_software, software_unrecorded = runs_by_software(
-        {n: {sd: results[n][sd] for sd in a.seeds if sd in results[n]} for n in configs}, software,
-        None if "--cpu" in common else _visible_gpu())
-    summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
-    comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
-    with_seed_and_sentence(comparisons, results, refs, _read_lines(valid_ref) if valid_ref else None, a.tgt)
-    curves, curve_comparisons = learning_curves(results, baselines, a.seeds)
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "updates": a.updates, "seeds": a.seeds,
-            "beam": a.beam, "data": a.data_dir, "src": a.src, "tgt": a.tgt, "test_sentences": len(refs),
-            "test_refs_sha256": refs_sha256, "data_sha256": data_sha256, "valid_bleu": a.valid_bleu,
-            "common": " ".join(common), "curve_updates": curve_updates + [a.updates], "train_loss": a.train_loss,
-            "curve_training": (f"as common, without --disable-validation, plus --save-interval-updates "
-                               f"{curve_interval(curve_updates)} --keep-interval-updates -1 "
-                               f"--validate-interval-updates {curve_interval(curve_updates)}")
-            if curve_updates else None,
-            "imported": used or None, "imported_first": first or None,
-            "import_sources": {src: import_sources[src] for src in used} or None, "mixed_pairs": mixed or None,
-            "model_code_runs": model_code_runs, "model_code_unrecorded": unrecorded or None,
-            "runs_software": runs_software, "runs_software_unrecorded": software_unrecorded or None,
-            "command": " ".join(shlex.quote(x) for x in sys.argv), **software}
-    # a plot only when there is a curve: intermediate BLEU points or logged validations
-    has_valid_bleu = any((c.get("valid_bleu") or {}).get("updates") for c in curves.values())
-    has_curve = any(len(c["bleu"]["updates"]) > 1 or c["valid_loss"]["updates"] for c in curves.values()) \
-        or has_valid_bleu
-    png = None
-    if has_curve:
-        from fairseq_ctx.analysis.learning_curves import plot_learning_curves
+        mixed = [f"{n} vs {b} seed {s}" for n, b in sorted(baselines.items()) if b
+                 for s in a.seeds if s in results[n] and s in results[b] and origin(results[n][s]) != origin(results[b][s])]
+        for pair in mixed:
+            log(f"[quality] warning: {pair}: the two runs were trained in different places (see --import-runs)")
+        # runs reused ("done already", imported) under edited model code would be compared as if equal
+        by_code, unrecorded = runs_by_model_code(results, [n for n in configs if arch_of(configs[n]) not in STOCK_ARCHS])
+        model_code_runs = by_code if set(by_code) - {software["model_code"]} else None
+        for code, runs in sorted((model_code_runs or {}).items()):
+            if code != software["model_code"]:
+                log(f"[quality] warning: {len(runs)} run(s) trained with other model code ({code}; this code: "
+                    f"{software['model_code']}): {', '.join(runs)}; to train them with this code, delete their run "
+                    "directories (imported runs: leave out their --import-runs report)")
+        # what trained the runs, against what this process would train them with
+        runs_software, software_unrecorded = runs_by_software(
+            {n: {sd: results[n][sd] for sd in a.seeds if sd in results[n]} for n in configs}, software,
+            None if "--cpu" in common else _visible_gpu())
+        summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
+        comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
+        with_seed_and_sentence(comparisons, results, refs, _read_lines(valid_ref) if valid_ref else None, a.tgt)
+        curves, curve_comparisons = learning_curves(results, baselines, a.seeds)
+        meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "updates": a.updates, "seeds": a.seeds,
+                "beam": a.beam, "data": a.data_dir, "src": a.src, "tgt": a.tgt, "test_sentences": len(refs),
+                "test_refs_sha256": refs_sha256, "data_sha256": data_sha256, "valid_bleu": a.valid_bleu,
+                "common": " ".join(common), "curve_updates": curve_updates + [a.updates], "train_loss": a.train_loss,
+                "curve_training": (f"as common, without --disable-validation, plus --save-interval-updates "
+                                   f"{curve_interval(curve_updates)} --keep-interval-updates -1 "
+                                   f"--validate-interval-updates {curve_interval(curve_updates)}")
+                if curve_updates else None,
+                "imported": used or None, "imported_first": first or None,
+                "import_sources": {src: import_sources[src] for src in used} or None, "mixed_pairs": mixed or None,
+                "model_code_runs": model_code_runs, "model_code_unrecorded": unrecorded or None,
+                "runs_software": runs_software, "runs_software_unrecorded": software_unrecorded or None,
+                "command": " ".join(shlex.quote(x) for x in sys.argv), **software}
+        # a plot only when there is a curve: intermediate BLEU points or logged validations
+        has_valid_bleu = any((c.get("valid_bleu") or {}).get("updates") for c in curves.values())
+        has_curve = any(len(c["bleu"]["updates"]) > 1 or c["valid_loss"]["updates"] for c in curves.values()) \
+            or has_valid_bleu
+        png = None
+        if has_curve:
+            from fairseq_ctx.analysis.learning_curves import plot_learning_curves
 
-        png = a.curve_png or os.path.join(a.out_dir, "curves.png")
-        pairs = [(n, b) for n, b in sorted(baselines.items()) if b] or [(n, None) for n in sorted(configs)]
-        metrics = [("valid_loss", "valid loss"), ("bleu", "test BLEU")]
-        if has_valid_bleu:
-            metrics.append(("valid_bleu", "valid BLEU"))
-        plot_learning_curves(curves, pairs, png, metrics=metrics,
-                             title=f"mean over seeds {', '.join(map(str, a.seeds))}, band: min-max")
-    md_path = a.markdown or os.path.join(a.out_dir, "quality.md")
-    png_in_md = os.path.relpath(png, os.path.dirname(os.path.abspath(md_path))) if png else None
-    md = markdown(summary, comparisons, baselines, meta, curves if has_curve else None,
-                  curve_comparisons, png_in_md)
-    fit = fit_markdown(results, baselines, a.seeds, a.updates)
-    if fit:
-        md = md.rstrip("\n") + "\n" + "\n".join(fit) + "\n"
-    print(md)
-    out = {"meta": meta, "configs": {n: " ".join(v) for n, v in configs.items()},
-           "baselines": baselines, "summary": summary, "comparisons": comparisons,
-           "curves": curves, "curve_comparisons": curve_comparisons, "curve_png": png,
-           "runs": {n: {str(s): {k: v for k, v in r.items() if k not in TRANSLATIONS}
-                        for s, r in results[n].items()} for n in results}}
-    # whole files or none: an interrupted report never looks complete; both are written before
-    # either replaces its old version (then two renames), so a kill leaves no new JSON beside an old markdown
-    with atomic_write(a.json or os.path.join(a.out_dir, "quality.json")) as json_file, \
-            atomic_write(md_path) as md_file:
-        json.dump(_strict(out), json_file, indent=1, allow_nan=False)
-        md_file.write(md)
-    return out
+            png = a.curve_png or os.path.join(a.out_dir, "curves.png")
+            pairs = [(n, b) for n, b in sorted(baselines.items()) if b] or [(n, None) for n in sorted(configs)]
+            metrics = [("valid_loss", "valid loss"), ("bleu", "test BLEU")]
+            if has_valid_bleu:
+                metrics.append(("valid_bleu", "valid BLEU"))
+            plot_learning_curves(curves, pairs, png, metrics=metrics,
+                                 title=f"mean over seeds {', '.join(map(str, a.seeds))}, band: min-max")
+        md_path = a.markdown or os.path.join(a.out_dir, "quality.md")
+        png_in_md = os.path.relpath(png, os.path.dirname(os.path.abspath(md_path))) if png else None
+        md = markdown(summary, comparisons, baselines, meta, curves if has_curve else None,
+                      curve_comparisons, png_in_md)
+        fit = fit_markdown(results, baselines, a.seeds, a.updates)
+        if fit:
+            md = md.rstrip("\n") + "\n" + "\n".join(fit) + "\n"
+        print(md)
+        out = {"meta": meta, "configs": {n: " ".join(v) for n, v in configs.items()},
+               "baselines": baselines, "summary": summary, "comparisons": comparisons,
+               "curves": curves, "curve_comparisons": curve_comparisons, "curve_png": png,
+               "runs": {n: {str(s): {k: v for k, v in r.items() if k not in TRANSLATIONS}
+                            for s, r in results[n].items()} for n in results}}
+        # whole files or none: an interrupted report never looks complete; both are written before
+        # either replaces its old version (then two renames), so a kill leaves no new JSON beside an old markdown
+        with atomic_write(a.json or os.path.join(a.out_dir, "quality.json")) as json_file, \
+                atomic_write(md_path) as md_file:
+            json.dump(_strict(out), json_file, indent=1, allow_nan=False)
+            md_file.write(md)
+        return out
+    finally:
+        report_locks.close()
 
 
 if __name__ == "__main__":

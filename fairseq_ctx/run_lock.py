@@ -33,9 +33,13 @@ class RunInUse(RuntimeError):
 
 
 class RunLock:
-    def __init__(self, directory, name):
+    """``inherited``: whether held_fds hands it to the subprocesses that write under DIRECTORY
+    (False for a lock that guards a file there, not the directory: a report's)."""
+
+    def __init__(self, directory, name, inherited=True):
         self.directory = os.path.abspath(directory)
         self.path = os.path.join(self.directory, name)
+        self.inherited = inherited
         self._handle = None
 
     def acquire(self):
@@ -60,12 +64,14 @@ class RunLock:
         handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
         handle.flush()
         self._handle = handle
-        _HELD[self.directory] = handle
+        if self.inherited:
+            _HELD[self.directory] = handle
         return self
 
     def release(self):
         if self._handle is not None:
-            _HELD.pop(self.directory, None)
+            if self.inherited:
+                _HELD.pop(self.directory, None)
             self._handle.close()  # the lock stays held while a child that inherited it runs
             self._handle = None
 

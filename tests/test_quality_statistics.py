@@ -1750,6 +1750,34 @@ def test_a_run_another_comparison_holds_is_refused_before_any_training(qc, study
     assert {(c["arch"], c["seed"]) for c in fk.train_calls[trained:]} == {("transformer", 2), ("transformer_x", 2)}
 
 
+def test_a_report_another_comparison_writes_is_refused_before_any_training(qc, study, capsys):
+    """Two comparisons on one out-dir with the default report paths: the one that finishes last
+    would replace the other's report (a whole file, of the other comparison). The second finds
+    the report's lock taken (here quality.md's, held by another open file) and starts nothing;
+    with its own --json / --markdown / --curve-png it runs."""
+    import fcntl
+
+    fk = study.fakes
+    study.out.mkdir(parents=True)
+    with open(study.out / "quality.md.lock", "w") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        other.write("pid 4242 on node7\n")
+        other.flush()
+        with pytest.raises(SystemExit) as e:
+            _main(qc, study, "--seeds", "1")
+        assert e.value.code == 2 and fk.train_calls == []
+        err = capsys.readouterr().err
+        assert f"{study.out / 'quality.md'}: another comparison writes this report" in err
+        assert "pid 4242 on node7" in err and "nothing was started" in err
+        own = [f"--{flag}={study.out / name}" for flag, name in
+               (("json", "mine.json"), ("markdown", "mine.md"), ("curve-png", "mine.png"))]
+        report = _main(qc, study, "--seeds", "1", *own)
+        assert set(report["runs"]["01-good"]) == {"1"} and (study.out / "mine.md").exists()
+        assert not (study.out / "quality.md").exists()
+    _main(qc, study, "--seeds", "1")  # released: the default report is written
+    assert (study.out / "quality.md").exists()
+
+
 def test_every_run_is_locked_while_the_comparison_trains_and_freed_after(qc, study):
     """Each run's lock is held from before the first training to the end (also after a failed
     one): a second comparison cannot take a run this one is about to train or is training."""

@@ -97,3 +97,14 @@ def test_a_filesystem_without_locks_gets_a_warning_not_a_crash(tmp_path, monkeyp
     monkeypatch.setattr(fcntl, "flock", broken)
     with pytest.raises(OSError):  # any other error is not taken for "no locks here"
         RunLock(tmp_path, ".lock").acquire()
+
+
+def test_a_lock_on_a_file_is_not_handed_to_the_trainings_below_it(tmp_path):
+    """A report's lock (inherited=False) guards one file of OUT_DIR: trainings under OUT_DIR get
+    their run's lock, not it (else a training outliving its driver would hold the report too)."""
+    run_dir = tmp_path / "runs" / "a" / "seed1"
+    with RunLock(tmp_path, "quality.json.lock", inherited=False), RunLock(run_dir, ".lock") as run:
+        assert held_fds(str(run_dir / "checkpoints")) == (run._handle.fileno(),)
+        with pytest.raises(RunInUse):  # held: a second holder is refused
+            RunLock(tmp_path, "quality.json.lock", inherited=False).acquire()
+    assert held_fds(str(run_dir)) == ()

@@ -8,7 +8,8 @@ from scipy import stats
 ROOT = os.environ.get("RUNS", "work/ca-arms-1200/runs")
 ARMS = {"00": "00-transformer", "02": "02-context_aware-gate_half", "12": "12-context_aware-gate_bias",
         "16": "16-transformer-extra_ffn", "17": "17-context_aware-no_gate_matched",
-        "18": "18-context_aware-gate_half_zero_context"}
+        "18": "18-context_aware-gate_half_zero_context", "19": "19-context_aware-frozen_half_zero_context",
+        "20": "20-context_aware-gate_half_bias0"}
 SEEDS = [int(s) for s in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1, 2, 3, 4]
 
 
@@ -60,7 +61,9 @@ def diff(a, b, metric, update=1200):
 
 
 for a, b in [("02", "00"), ("12", "00"), ("16", "00"), ("17", "00"), ("18", "00"), ("02", "16"), ("12", "16"),
-             ("02", "12"), ("17", "16"), ("18", "16"), ("02", "17"), ("02", "18"), ("18", "12"), ("17", "12")]:
+             ("02", "12"), ("17", "16"), ("18", "16"), ("02", "17"), ("02", "18"), ("18", "12"), ("17", "12"),
+             ("19", "00"), ("18", "19"), ("02", "19"), ("19", "12"), ("19", "16"),
+             ("20", "00"), ("20", "02"), ("20", "12"), ("20", "18")]:
     for metric in ("valid", "train", "bleu"):
         print(diff(a, b, metric))
     for u in (672, 800, 840, 1008):
