@@ -1117,17 +1117,24 @@ def _runs_locked(run_dirs):
         yield
 
 
-def _lock_reports(paths):
-    """Hold PATH.lock (run_lock.RunLock) beside each report file of this comparison, or raise
-    RunInUse naming the comparison that holds one. Returns the ExitStack that holds them."""
+def _lock_reports(out_dir, paths):
+    """Hold a lock for each report file of this comparison, or raise RunInUse naming every file
+    another comparison on OUT_DIR is writing and its holder. The locks lie in OUT_DIR/.report-locks
+    (named after each file's absolute path), not beside the reports, which are often tracked
+    files. Returns the ExitStack that holds them."""
     held = contextlib.ExitStack()
+    clashes = []
     try:
         for path in dict.fromkeys(os.path.abspath(p) for p in paths):
+            name = hashlib.sha256(path.encode()).hexdigest()[:16] + ".lock"
             try:
-                held.enter_context(RunLock(os.path.dirname(path), os.path.basename(path) + ".lock", inherited=False))
+                held.enter_context(RunLock(os.path.join(out_dir, ".report-locks"), name, inherited=False,
+                                           guards="a second comparison from writing the same report"))
             except RunInUse as error:
-                raise RunInUse(f"{path}: another comparison writes this report ({error}); pass other "
-                               "--json / --markdown / --curve-png, or wait for it; nothing was started") from None
+                clashes.append(f"{path} (by {error.holder})")
+        if clashes:
+            raise RunInUse(f"another comparison on {out_dir} is writing {'; '.join(clashes)}: pass other "
+                           "--json / --markdown / --curve-png, or wait for it; nothing was started")
     except BaseException:
         held.close()
         raise
@@ -2038,11 +2045,13 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
         if a.jobs < len(gpus):
             log(f"[quality] warning: --jobs {a.jobs} leaves {len(gpus) - a.jobs} of the {len(gpus)} GPUs idle")
     # another comparison writing the same report files would replace this one's report with its own
-    # (each file whole, but of the other comparison): refused here, before any training
+    # (each file whole, but of the other comparison): refused here, before any training. The plot
+    # only where one can be drawn: curve points, valid BLEU, or validation (valid-loss curves)
+    reports = [a.json or os.path.join(a.out_dir, "quality.json"), a.markdown or os.path.join(a.out_dir, "quality.md")]
+    if curve_updates or a.valid_bleu or "--disable-validation" not in common:
+        reports.append(a.curve_png or os.path.join(a.out_dir, "curves.png"))
     try:
-        report_locks = _lock_reports([a.json or os.path.join(a.out_dir, "quality.json"),
-                                      a.markdown or os.path.join(a.out_dir, "quality.md"),
-                                      a.curve_png or os.path.join(a.out_dir, "curves.png")])
+        report_locks = _lock_reports(a.out_dir, reports)
     except RunInUse as error:
         p.error(str(error))
     try:

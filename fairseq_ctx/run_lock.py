@@ -29,17 +29,24 @@ _UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 
 class RunInUse(RuntimeError):
-    """The directory is held by another process."""
+    """The directory is held by another process (``holder``: what its lock file names)."""
+
+    def __init__(self, message, holder=None):
+        super().__init__(message)
+        self.holder = holder
 
 
 class RunLock:
     """``inherited``: whether held_fds hands it to the subprocesses that write under DIRECTORY
-    (False for a lock that guards a file there, not the directory: a report's)."""
+    (False for a lock that guards something else than the directory's trainings: a report);
+    ``guards``: what a filesystem without locks leaves unguarded (its warning)."""
 
-    def __init__(self, directory, name, inherited=True):
+    def __init__(self, directory, name, inherited=True,
+                 guards="a second launch from training in the same directory"):
         self.directory = os.path.abspath(directory)
         self.path = os.path.join(self.directory, name)
         self.inherited = inherited
+        self.guards = guards
         self._handle = None
 
     def acquire(self):
@@ -51,14 +58,14 @@ class RunLock:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
             handle.close()
-            raise RunInUse(f"{self.directory} is in use by {holder}") from None
+            raise RunInUse(f"{self.directory} is in use by {holder}", holder) from None
         except OSError as error:
             if error.errno not in _UNSUPPORTED:
                 handle.close()
                 raise
             handle.close()
             print(f"warning: {self.path}: this filesystem refuses locks ({os.strerror(error.errno)}): nothing "
-                  "stops a second launch from training in the same directory", file=sys.stderr, flush=True)
+                  f"stops {self.guards}", file=sys.stderr, flush=True)
             return self
         handle.truncate(0)
         handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")

@@ -1753,29 +1753,38 @@ def test_a_run_another_comparison_holds_is_refused_before_any_training(qc, study
 def test_a_report_another_comparison_writes_is_refused_before_any_training(qc, study, capsys):
     """Two comparisons on one out-dir with the default report paths: the one that finishes last
     would replace the other's report (a whole file, of the other comparison). The second finds
-    the report's lock taken (here quality.md's, held by another open file) and starts nothing;
-    with its own --json / --markdown / --curve-png it runs."""
+    the reports' locks taken (here quality.json's and quality.md's, held by other open files) and
+    starts nothing, naming both; with its own --json / --markdown it runs (no curve is asked for,
+    so the default plot path, which the other one holds too, is not in its way). The locks lie
+    in OUT_DIR/.report-locks, none beside the reports."""
+    import contextlib
     import fcntl
+    import hashlib
 
     fk = study.fakes
-    study.out.mkdir(parents=True)
-    with open(study.out / "quality.md.lock", "w") as other:
-        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        other.write("pid 4242 on node7\n")
-        other.flush()
+    locks = study.out / ".report-locks"
+    locks.mkdir(parents=True)
+    with contextlib.ExitStack() as others:
+        for name in ("quality.json", "quality.md", "curves.png"):
+            key = hashlib.sha256(str(study.out / name).encode()).hexdigest()[:16]
+            other = others.enter_context(open(locks / f"{key}.lock", "w"))
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            other.write(f"pid 4242 on node7 ({name})\n")
+            other.flush()
         with pytest.raises(SystemExit) as e:
             _main(qc, study, "--seeds", "1")
         assert e.value.code == 2 and fk.train_calls == []
         err = capsys.readouterr().err
-        assert f"{study.out / 'quality.md'}: another comparison writes this report" in err
-        assert "pid 4242 on node7" in err and "nothing was started" in err
-        own = [f"--{flag}={study.out / name}" for flag, name in
-               (("json", "mine.json"), ("markdown", "mine.md"), ("curve-png", "mine.png"))]
+        assert (f"another comparison on {study.out} is writing {study.out / 'quality.json'} (by pid 4242 on node7 "
+                f"(quality.json)); {study.out / 'quality.md'} (by pid 4242 on node7 (quality.md)): pass other") in err
+        assert "curves.png" not in err and "nothing was started" in err
+        own = [f"--{flag}={study.out / name}" for flag, name in (("json", "mine.json"), ("markdown", "mine.md"))]
         report = _main(qc, study, "--seeds", "1", *own)
         assert set(report["runs"]["01-good"]) == {"1"} and (study.out / "mine.md").exists()
         assert not (study.out / "quality.md").exists()
     _main(qc, study, "--seeds", "1")  # released: the default report is written
     assert (study.out / "quality.md").exists()
+    assert not [f for f in os.listdir(study.out) if f.endswith(".lock")]
 
 
 def test_every_run_is_locked_while_the_comparison_trains_and_freed_after(qc, study):
