@@ -35,6 +35,14 @@
 # CONFIGS="00-* 02-* 12-* 18-*" SEEDS="14 15" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1
 # STUDY="--train-loss --pair 02-context_aware-gate_half=18-context_aware-gate_half_zero_context
 #        --pair 18-context_aware-gate_half_zero_context=12-context_aware-gate_bias"
+# The gates' start and the training of what the context adds, separated (2026-11-27, CPU first):
+# 19 = 18 with nothing the context adds trained (gates fixed at 0.5, U = 0: the transformer with the
+# encoder's attention logits times 1/4), so 18 - 19 is what training U and V from that start does and
+# 19 - 00 the scaling alone; 20 = 02 with a learned gate bias started at 0, so 20 - 02 is the bias
+# parameter and 20 - 12 the gates' starting level (6 runs per seed, ~5-6 min on an H100 by the 8-run calls):
+# CONFIGS="00-* 02-* 12-* 18-* 19-* 20-*" SEEDS="14" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1
+# STUDY="--train-loss --pair 18-context_aware-gate_half_zero_context=19-context_aware-frozen_half_zero_context
+#        --pair 20-context_aware-gate_half_bias0=02-context_aware-gate_half"
 # The kit it installs from (.gpu/, untracked, carried to the machine with work/demo/data):
 # scripts/gpu/make-lease-kit.sh (runs before 2026-11-27 used a hand-made .gpu/ holding a copy
 # of the extension builder, which was committed beside this script; it is
