@@ -117,3 +117,34 @@ def test_freeze_context_trains_the_stock_transformer_with_quartered_encoder_logi
     batch = random_batch(frozen, (7, 5, 3), (4, 6, 2))[:3]
     torch.testing.assert_close(decoder_logits(frozen, *batch), decoder_logits(stock, *batch),
                                rtol=1e-10, atol=1e-10)
+
+
+def test_freeze_context_parts_train_only_the_other_part_through_fairseq_train(tiny_corpus, tmp_path):
+    """Init study arms 21 / 22 (not in the paper) through fairseq-train from gate_half_zero_context's
+    start (V = 0, U = 0): with --freeze-context-projection U stays 0 for the whole run (so C U = 0 and
+    V^C, which only C U reaches, gets no gradient) while V^H moves; with --freeze-context-gates V^H and
+    V^C stay 0 (every gate 1/2) while U moves; the stock tensors move in both."""
+    data = str(tiny_corpus / "bin")
+    arch = ["--encoder-context", "deep_global+deep", "--context-init", "gate_half_zero_context", *TINY]
+
+    def train(flag):
+        save_dir = str(tmp_path / flag)
+        run([*fairseq_cli("train", data, "--user-dir", USER_DIR, *TRAIN_DEFAULTS,
+                          "--arch", "transformer_context_aware", *arch, flag,
+                          "--save-dir", save_dir, "--max-update", "3")])
+        return torch.load(os.path.join(save_dir, "checkpoint_last.pt"), map_location="cpu",
+                          weights_only=False)["model"]
+
+    def moved(state, suffix):
+        tensors = [v for k, v in state.items() if ".contextualizer." in k and k.endswith(suffix)]
+        assert tensors, suffix
+        return [bool(torch.count_nonzero(v)) for v in tensors]
+
+    gates_trained = train("--freeze-context-projection")
+    assert not any(moved(gates_trained, "_proj.weight"))
+    assert all(moved(gates_trained, "gate_input")) and not any(moved(gates_trained, "gate_context"))
+    projection_trained = train("--freeze-context-gates")
+    assert all(moved(projection_trained, "_proj.weight"))
+    assert not any(moved(projection_trained, "gate_input") + moved(projection_trained, "gate_context"))
+    for state in (gates_trained, projection_trained):
+        assert torch.count_nonzero(state["encoder.layers.0.self_attn.q_proj.weight"]) > 0

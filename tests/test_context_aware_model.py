@@ -490,11 +490,13 @@ def test_checkpoints_without_the_not_in_the_paper_options_build_the_paper_model(
     from tests.model_checks import parse_train_args
 
     args = parse_train_args([*ARCH, *TINY])
-    assert (args.context_gate_bias, args.context_dropout, args.freeze_context) == (None, 0.0, False)
-    for name in ("context_gate_bias", "context_dropout", "freeze_context"):
+    later = ("context_gate_bias", "context_dropout", "freeze_context", "freeze_context_gates",
+             "freeze_context_projection")
+    assert tuple(getattr(args, name) for name in later) == (None, 0.0, False, False, False)
+    for name in later:
         delattr(args, name)
     context_aware_base_architecture(args)
-    assert (args.context_gate_bias, args.context_dropout, args.freeze_context) == (None, 0.0, False)
+    assert tuple(getattr(args, name) for name in later) == (None, 0.0, False, False, False)
 
 
 @pytest.mark.parametrize("freeze", [False, True])
@@ -510,3 +512,30 @@ def test_freeze_context_freezes_every_added_tensor_on_both_sides_and_nothing_sto
     assert sum(n.endswith("gate_bias") for n in added) == 6
     frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
     assert frozen == (added if freeze else set())
+
+
+@pytest.mark.parametrize("part", ["gates", "projection", "gates+projection"])
+def test_freeze_context_parts_freeze_the_gates_or_u_on_both_sides_and_nothing_else(part):
+    """--freeze-context-gates (V^H, V^C and the gate bias of Eq. 6) and --freeze-context-projection
+    (U of Eq. 5) split --freeze-context (init study arms 21 / 22, not in the paper): each freezes
+    exactly its own tensors in every contextualised layer, encoder and decoder; both together are
+    --freeze-context."""
+    options = [*context("deep_global+deep", "deep_global+deep"), "--context-gate-bias", "-2"]
+    flags = [f"--freeze-context-{name}" for name in part.split("+")]
+    model = tiny_model(*options, *flags)
+    gate_names = ("gate_input", "gate_context", "gate_bias")
+    gates = {n for n, _ in model.named_parameters() if ".contextualizer." in n and n.split(".")[-1] in gate_names}
+    projections = {n for n, _ in model.named_parameters()
+                   if ".contextualizer." in n and n.endswith(("global_proj.weight", "deep_proj.weight"))}
+    assert len(gates) == 2 * 3 * 3 and len(projections) == 2 * (1 + 2 + 2)
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    expected = {"gates": gates, "projection": projections, "gates+projection": gates | projections}[part]
+    assert frozen == expected
+    if part == "gates+projection":
+        everything = tiny_model(*options, "--freeze-context")
+        assert frozen == {n for n, p in everything.named_parameters() if not p.requires_grad}
+
+
+def test_freeze_context_gates_without_gates_is_rejected_at_build_time():
+    with pytest.raises(ValueError, match="--freeze-context-gates freezes the gates of Eq. 6, which --no-context-gate"):
+        tiny_model(*context("deep", "none"), "--no-context-gate", "--freeze-context-gates")

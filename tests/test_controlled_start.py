@@ -258,7 +258,8 @@ OUR_FAMILIES = ("transformer_context_aware", "transformer_cross_agg", "transform
 # the options our four architectures add (what fairseq's stock parser must not know)
 MECHANISM_OPTIONS = {
     "--encoder-context", "--decoder-context", "--context-apply", "--no-context-gate", "--context-init",
-    "--context-gate-bias", "--context-dropout", "--freeze-context",
+    "--context-gate-bias", "--context-dropout", "--freeze-context", "--freeze-context-gates",
+    "--freeze-context-projection",
     "--routing-side", "--routing-vertical", "--no-routing-vertical", "--routing-horizontal", "--no-routing-horizontal",
     "--routing-init", "--routing-iters", "--routing-ramp-updates", "--routing-stop-gradient",
     "--sentential-global", "--sentential-deep", "--sentential-g0",

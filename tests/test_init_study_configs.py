@@ -56,6 +56,16 @@ ARMS = {
     # what that scaling does, 18 - 19 what 18's learned gates and context add
     "19-context_aware-frozen_half_zero_context": ("01-context_aware-glorot", "01-transformer_context_aware",
                                                   ["--context-init", "gate_half_zero_context", "--freeze-context"]),
+    # 18 with the gates trained and U frozen at 0 (C U = 0 throughout; the gates, from V^H alone, scale
+    # Q and K): 21 - 19 is what training the gates costs or gains, 18 - 21 what training U adds to it
+    "21-context_aware-half_zero_context_gates_trained": (
+        "01-context_aware-glorot", "01-transformer_context_aware",
+        ["--context-init", "gate_half_zero_context", "--freeze-context-projection"]),
+    # 18 with U trained from 0 and the gates frozen at 1/2 (Q^ = (Q + C U_Q) / 2, K^ likewise): 22 - 19
+    # is what training the context term alone costs or gains
+    "22-context_aware-half_zero_context_projection_trained": (
+        "01-context_aware-glorot", "01-transformer_context_aware",
+        ["--context-init", "gate_half_zero_context", "--freeze-context-gates"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),

@@ -382,6 +382,15 @@ class ContextAwareTransformerModel(TransformerModel):
                                  'C U = 0: the stock transformer with the contextualised layers\' '
                                  'attention logits times 1/4 for the whole run (--context-apply both; '
                                  '1/2 with query or key alone)')
+        parser.add_argument('--freeze-context-gates', action='store_true',
+                            help='not in the paper (a diagnostic arm): train U but not the gates '
+                                 '(V^H, V^C, a gate bias keep their starting values; with gate_half '
+                                 'every gate stays 0.5; pass it again when resuming)')
+        parser.add_argument('--freeze-context-projection', action='store_true',
+                            help='not in the paper (a diagnostic arm): train the gates but not U (C U '
+                                 'keeps its starting projection; with gate_half_zero_context C U = 0 '
+                                 'throughout and the gates, from V^H alone, scale Q and K; pass it '
+                                 'again when resuming)')
         # fmt: on
 
     @classmethod
@@ -389,10 +398,15 @@ class ContextAwareTransformerModel(TransformerModel):
         context_aware_base_architecture(args)  # fill options missing in older checkpoints
         validate_context_args(args)
         model = super().build_model(args, task)
-        if args.freeze_context:
+        freeze_gates = args.freeze_context or args.freeze_context_gates
+        freeze_projection = args.freeze_context or args.freeze_context_projection
+        for _, attention in model._context_attentions():
             # fairseq's trainer optimises only parameters that require a gradient
-            for _, attention in model._context_attentions():
-                attention.contextualizer.requires_grad_(False)
+            contextualizer = attention.contextualizer
+            frozen = ((contextualizer.gate_parameters() if freeze_gates else [])
+                      + (contextualizer.projection_parameters() if freeze_projection else []))
+            for parameter in frozen:
+                parameter.requires_grad_(False)
         return model
 
     @classmethod
@@ -454,6 +468,8 @@ def validate_context_args(args) -> None:
             problems.append("--context-gate-bias is a bias inside the gate of Eq. 6, which --no-context-gate removes")
         if not math.isfinite(gate_bias):
             problems.append(f"--context-gate-bias must be finite, got {gate_bias!r}")
+    if args.freeze_context_gates and args.no_context_gate:
+        problems.append("--freeze-context-gates freezes the gates of Eq. 6, which --no-context-gate removes")
     context_dropout = args.context_dropout
     if not (math.isfinite(context_dropout) and 0.0 <= context_dropout < 1.0):
         problems.append(f"--context-dropout must be in [0, 1), got {context_dropout!r}")
@@ -515,6 +531,8 @@ def context_aware_base_architecture(args):
     _set_default(args, "context_dropout", 0.0)
     # not in the paper, never on by default (older checkpoints have no value: trained)
     _set_default(args, "freeze_context", False)
+    _set_default(args, "freeze_context_gates", False)
+    _set_default(args, "freeze_context_projection", False)
     base_architecture(args)
 
 

@@ -314,6 +314,14 @@ class ContextualQueryKey(nn.Module):
             # a constant, no random draw: every other parameter starts exactly as without it
             nn.init.constant_(self.gate_bias, self.initial_gate_bias)
 
+    def gate_parameters(self) -> List[nn.Parameter]:
+        """What sets the gates of Eq. 6: V^H, V^C and (not in the paper) the gate bias."""
+        return [p for p in (self.gate_input, self.gate_context, self.gate_bias) if p is not None]
+
+    def projection_parameters(self) -> List[nn.Parameter]:
+        """What sets C U in Eq. 5-6: U of the global and of the deep context."""
+        return [proj.weight for proj in (self.global_proj, self.deep_proj) if proj is not None]
+
     def project_context(
         self, global_context: Optional[Tensor], deep_context: Optional[Tensor]
     ) -> Tensor:
