@@ -7,6 +7,7 @@ dropout on C U (not in the paper either), so that a model trained with it goes t
 it is the identity in generation is pinned by tests/test_context_aware_model.py); and the pairing
 and exact resume of --context-dropout runs through fairseq-train."""
 import copy
+import glob
 import os
 import re
 
@@ -120,31 +121,44 @@ def test_freeze_context_trains_the_stock_transformer_with_quartered_encoder_logi
 
 
 def test_freeze_context_parts_train_only_the_other_part_through_fairseq_train(tiny_corpus, tmp_path):
-    """Init study arms 21 / 22 (not in the paper) through fairseq-train from gate_half_zero_context's
-    start (V = 0, U = 0): with --freeze-context-projection U stays 0 for the whole run (so C U = 0 and
-    V^C, which only C U reaches, gets no gradient) while V^H moves; with --freeze-context-gates V^H and
-    V^C stay 0 (every gate 1/2) while U moves; the stock tensors move in both."""
+    """Init study arms 21 / 22 (not in the paper) through fairseq-train, context on both sides, from
+    gate_half_zero_context's start (V = 0, U = 0) with a gate bias: with --freeze-context-projection
+    U stays 0 for the whole run (so C U = 0 and V^C, which only C U reaches, gets no gradient) while
+    V^H and the bias move; with --freeze-context-gates V^H, V^C and the bias keep their start while U
+    moves; between updates 1 and 3 the stock tensors move in both."""
     data = str(tiny_corpus / "bin")
-    arch = ["--encoder-context", "deep_global+deep", "--context-init", "gate_half_zero_context", *TINY]
+    arch = ["--encoder-context", "deep_global+deep", "--decoder-context", "deep_global+deep",
+            "--context-init", "gate_half_zero_context", "--context-gate-bias", "-1", *TINY]
 
     def train(flag):
         save_dir = str(tmp_path / flag)
         run([*fairseq_cli("train", data, "--user-dir", USER_DIR, *TRAIN_DEFAULTS,
-                          "--arch", "transformer_context_aware", *arch, flag,
-                          "--save-dir", save_dir, "--max-update", "3")])
-        return torch.load(os.path.join(save_dir, "checkpoint_last.pt"), map_location="cpu",
-                          weights_only=False)["model"]
+                          "--arch", "transformer_context_aware", *arch, flag, "--save-dir", save_dir,
+                          "--max-update", "3", "--save-interval-updates", "1", "--keep-interval-updates", "-1")])
+        first, last = (glob.glob(os.path.join(save_dir, f"checkpoint_*_{u}.pt")) for u in (1, 3))
+        assert len(first) == 1 and len(last) == 1
+        return tuple(torch.load(path[0], map_location="cpu", weights_only=False)["model"] for path in (first, last))
 
-    def moved(state, suffix):
+    def added(state, suffix):
         tensors = [v for k, v in state.items() if ".contextualizer." in k and k.endswith(suffix)]
-        assert tensors, suffix
-        return [bool(torch.count_nonzero(v)) for v in tensors]
+        assert len(tensors) == {"_proj.weight": 2 * 3, "gate_bias": 2 * 2}.get(suffix, 2 * 2), suffix
+        return tensors
 
-    gates_trained = train("--freeze-context-projection")
-    assert not any(moved(gates_trained, "_proj.weight"))
-    assert all(moved(gates_trained, "gate_input")) and not any(moved(gates_trained, "gate_context"))
-    projection_trained = train("--freeze-context-gates")
-    assert all(moved(projection_trained, "_proj.weight"))
-    assert not any(moved(projection_trained, "gate_input") + moved(projection_trained, "gate_context"))
-    for state in (gates_trained, projection_trained):
-        assert torch.count_nonzero(state["encoder.layers.0.self_attn.q_proj.weight"]) > 0
+    def at_start(state, suffix):
+        start = -1.0 if suffix == "gate_bias" else 0.0
+        return [bool(torch.all(v == start)) for v in added(state, suffix)]
+
+    def stock_moved(first, last):
+        stock = [k for k in last if ".contextualizer." not in k and k.endswith("weight")]
+        assert any(k.startswith("decoder.layers.1.self_attn.") for k in stock)
+        return all(not torch.equal(first[k], last[k]) for k in stock
+                   if k.split(".")[-2] not in ("embed_positions",))
+
+    first, gates_trained = train("--freeze-context-projection")
+    assert all(at_start(gates_trained, "_proj.weight")) and all(at_start(gates_trained, "gate_context"))
+    assert not any(at_start(gates_trained, "gate_input")) and not any(at_start(gates_trained, "gate_bias"))
+    assert stock_moved(first, gates_trained)
+    first, projection_trained = train("--freeze-context-gates")
+    assert not any(at_start(projection_trained, "_proj.weight"))
+    assert all(at_start(projection_trained, suffix) for suffix in ("gate_input", "gate_context", "gate_bias"))
+    assert stock_moved(first, projection_trained)

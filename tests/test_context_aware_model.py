@@ -536,6 +536,10 @@ def test_freeze_context_parts_freeze_the_gates_or_u_on_both_sides_and_nothing_el
         assert frozen == {n for n, p in everything.named_parameters() if not p.requires_grad}
 
 
-def test_freeze_context_gates_without_gates_is_rejected_at_build_time():
-    with pytest.raises(ValueError, match="--freeze-context-gates freezes the gates of Eq. 6, which --no-context-gate"):
-        tiny_model(*context("deep", "none"), "--no-context-gate", "--freeze-context-gates")
+@pytest.mark.parametrize("flag, message", [
+    ("--freeze-context-gates", "--freeze-context-gates freezes the gates of Eq. 6, which --no-context-gate"),
+    ("--freeze-context-projection", "--freeze-context-projection trains only the gates of Eq. 6, which --no-context-gate"),
+])
+def test_freeze_context_parts_without_gates_are_rejected_at_build_time(flag, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_model(*context("deep", "none"), "--no-context-gate", flag)

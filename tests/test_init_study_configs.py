@@ -151,7 +151,7 @@ def test_config_builds(name):
         rates = {layer.self_attn.contextualizer.context_dropout for layer in model.encoder.layers
                  if layer.self_attn.contextualizer is not None}
         assert rates == {parsed.context_dropout} and parsed.context_dropout > 0
-    if "gate_half_zero_context" in name:
+    if "context_aware" in name and parsed.context_init == "gate_half_zero_context":  # 18, 19, 21, 22
         # V = 0 and U = 0 in every contextualised layer: Q^ = Q / 2, K^ = K / 2 at the start
         contextualizers = [layer.self_attn.contextualizer for layer in model.encoder.layers]
         assert all(c is not None and c.gated for c in contextualizers)
@@ -170,6 +170,13 @@ def test_config_builds(name):
         assert len(added) == 3 + 4 + 4  # layer 1: global U; layers 2-3: global and deep U; V^H, V^C
         assert all(torch.count_nonzero(p) == 0 for n, p in model.named_parameters() if n in added)
         assert {n for n, p in model.named_parameters() if not p.requires_grad} == added
+    if "gates_trained" in name or "projection_trained" in name:
+        # 18's start with one part of what the context adds frozen: 21 freezes U (5 tensors), 22 V^H, V^C (6)
+        gates = {n for n, _ in model.named_parameters() if n.endswith(("gate_input", "gate_context"))}
+        projections = {n for n, _ in model.named_parameters() if n.endswith("_proj.weight") and ".contextualizer." in n}
+        assert len(gates) == 6 and len(projections) == 5
+        frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+        assert frozen == (projections if "gates_trained" in name else gates)
     if "no_gate" in name:
         # no gate vectors; U holds the numbers 02 draws at the same seed, rescaled from Glorot's
         # Var 2 / (fan_in + d) to 1 / (2 n fan_in) for n projections summed in the layer: the

@@ -385,12 +385,12 @@ class ContextAwareTransformerModel(TransformerModel):
         parser.add_argument('--freeze-context-gates', action='store_true',
                             help='not in the paper (a diagnostic arm): train U but not the gates '
                                  '(V^H, V^C, a gate bias keep their starting values; with gate_half '
-                                 'every gate stays 0.5; pass it again when resuming)')
+                                 'and no gate bias every gate stays 0.5; pass it again when resuming)')
         parser.add_argument('--freeze-context-projection', action='store_true',
                             help='not in the paper (a diagnostic arm): train the gates but not U (C U '
                                  'keeps its starting projection; with gate_half_zero_context C U = 0 '
-                                 'throughout and the gates, from V^H alone, scale Q and K; pass it '
-                                 'again when resuming)')
+                                 'throughout and the gates, sigmoid(Q V^H_Q) and sigmoid(K V^H_K), scale '
+                                 'Q and K; pass it again when resuming)')
         # fmt: on
 
     @classmethod
@@ -468,8 +468,12 @@ def validate_context_args(args) -> None:
             problems.append("--context-gate-bias is a bias inside the gate of Eq. 6, which --no-context-gate removes")
         if not math.isfinite(gate_bias):
             problems.append(f"--context-gate-bias must be finite, got {gate_bias!r}")
-    if args.freeze_context_gates and args.no_context_gate:
-        problems.append("--freeze-context-gates freezes the gates of Eq. 6, which --no-context-gate removes")
+    if args.no_context_gate:
+        if args.freeze_context_gates:
+            problems.append("--freeze-context-gates freezes the gates of Eq. 6, which --no-context-gate removes")
+        if args.freeze_context_projection:
+            problems.append("--freeze-context-projection trains only the gates of Eq. 6, which --no-context-gate "
+                            "removes (to train nothing the context adds: --freeze-context)")
     context_dropout = args.context_dropout
     if not (math.isfinite(context_dropout) and 0.0 <= context_dropout < 1.0):
         problems.append(f"--context-dropout must be in [0, 1), got {context_dropout!r}")
