@@ -43,6 +43,11 @@
 # CONFIGS="00-* 02-* 12-* 18-* 19-* 20-*" SEEDS="14" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1
 # STUDY="--train-loss --pair 18-context_aware-gate_half_zero_context=19-context_aware-frozen_half_zero_context
 #        --pair 20-context_aware-gate_half_bias0=02-context_aware-gate_half"
+# 18's training split in two (2026-11-28, CPU first): 21 = 18 with U frozen at 0 (the gates trained),
+# 22 = 18 with the gates frozen at 0.5 (U trained); 18 - 19 = (21 - 19) + (22 - 19) + an interaction:
+# CONFIGS="00-* 18-* 19-* 21-* 22-*" SEEDS="14" UPDATES=3000 CURVE=2000 VALID_BLEU= NO_BENCH=1
+# STUDY="--train-loss --pair 21-context_aware-half_zero_context_gates_trained=19-context_aware-frozen_half_zero_context
+#        --pair 22-context_aware-half_zero_context_projection_trained=19-context_aware-frozen_half_zero_context"
 # The kit it installs from (.gpu/, untracked, carried to the machine with work/demo/data):
 # scripts/gpu/make-lease-kit.sh (runs before 2026-11-27 used a hand-made .gpu/ holding a copy
 # of the extension builder, which was committed beside this script; it is
