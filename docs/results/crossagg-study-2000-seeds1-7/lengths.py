@@ -1,9 +1,13 @@
 """Post hoc: BLEU's brevity penalty, length ratio and chrF of each run's final test translations
-(the runs trained in this out-dir; imported seeds keep no translations)."""
+(the runs trained in this out-dir; imported seeds keep no translations).
+
+    python lengths.py RUNS_DIR [REFERENCES]   (default references: work/demo/data/raw/test.en)
+"""
 import sys, glob, os
 from sacrebleu.metrics import BLEU, CHRF
-refs = [l.rstrip("\n") for l in open("/work/main/work/demo/data/raw/test.en", encoding="utf-8")]
 root = sys.argv[1]
+ref_file = sys.argv[2] if len(sys.argv) > 2 else "work/demo/data/raw/test.en"
+refs = [l.rstrip("\n") for l in open(ref_file, encoding="utf-8")]
 for cfg in sorted(os.listdir(root)):
     for seed_dir in sorted(glob.glob(os.path.join(root, cfg, "seed*"))):
         hyp_file = os.path.join(seed_dir, "eval", "hyp.detok.en")
