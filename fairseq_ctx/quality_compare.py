@@ -85,7 +85,10 @@ of the settings' one-device batch). On a node with several, each run (its traini
 scoring) therefore sees one GPU of its own (CUDA_VISIBLE_DEVICES, recorded in the run's
 "trained_with"); ``--jobs N`` runs N at a time, spread over the GPUs. ``--all-gpus-per-run``
 gives every run all of them instead. Runs of one comparison on a GPU and on the CPU (or on
-two machines) are not bit-comparable: pair seeds made in one place.
+two machines) are not bit-comparable: pair seeds made in one place. A report whose runs span
+several kinds of machine (GPU model, or CPU model for CPU trainings; every attempt of a resumed
+run) lists which runs ran where (JSON ``meta.runs_machines``) and warns of each seed pair whose
+two runs ran on different kinds (``meta.machine_split_pairs``).
 
 A run resumed after an interruption whose checkpoint_last.pt was cut off while fairseq
 copied it resumes from the newest whole checkpoint (fairseq_ctx/checkpoint_repair.py).
@@ -544,6 +547,13 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
            + "; ".join(f"{what}: {', '.join(runs)}" for what, runs in sorted(meta["runs_software"].items()))
            + " (each run's `trained_with` in the JSON)."]
           if meta.get("runs_software") else []),
+        *([f"- runs trained on more than one kind of machine (floating-point order, and so each run's "
+           f"trajectory, differs between them; each run's `trained_with` in the JSON): "
+           + "; ".join(f"{m}: {_runs_in_short(runs)}" for m, runs in sorted(meta["runs_machines"].items())) + "."]
+          if meta.get("runs_machines") else []),
+        *([f"- **warning: seed pairs whose two runs were trained on different kinds of machine** (their "
+           f"paired difference includes the machine's): {'; '.join(meta['machine_split_pairs'])}."]
+          if meta.get("machine_split_pairs") else []),
         *([f"- {len(meta['runs_software_unrecorded'])} run(s) with no record of the software or GPU they were "
            f"trained with: {', '.join(meta['runs_software_unrecorded'])}."]
           if meta.get("runs_software_unrecorded") else []),
@@ -739,6 +749,44 @@ def runs_by_software(results, this_software, this_gpu):
                 if f"{name} seed {seed}" not in runs:
                     runs.append(f"{name} seed {seed}")
     return (out if set(out) - {here} else None), unrecorded
+
+
+def _machine_of(attempt):
+    """The kind of machine one training attempt ran on: its GPU model, or "CPU <model>"
+    for a CPU training (None where neither is recorded)."""
+    gpu = re.sub(r" \(x\d+ visible\)$", "", (attempt.get("gpu") or "").split(", this run on ")[0])
+    if gpu:
+        return gpu
+    return f"CPU {attempt['cpu']}" if attempt.get("cpu") else None
+
+
+def runs_by_machine(results, baselines):
+    """({machine: ["CONFIG seed S", ...]} when the runs of ``results`` (every recorded
+    attempt) span more than one kind of machine, else None; ["SYSTEM vs BASELINE seed S:
+    MACHINES / MACHINES", ...] for the seed pairs whose two runs ran on different kinds).
+    Floating-point order, and so a run's trajectory, differs between CPU and GPU models: a
+    seed-paired difference across two kinds of machine includes the machine's."""
+    out, of_run = {}, {}
+    for name in sorted(results):
+        for seed, rec in sorted(results[name].items()):
+            machines = sorted({m for m in map(_machine_of, _recorded_attempts(rec)) if m})
+            of_run[(name, seed)] = machines
+            for machine in machines:
+                out.setdefault(machine, []).append(f"{name} seed {seed}")
+    split = [f"{n} vs {b} seed {s}: {' + '.join(of_run[(n, s)])} / {' + '.join(of_run[(b, s)])}"
+             for n, b in sorted(baselines.items()) if b
+             for (name, s) in sorted(of_run) if name == n and of_run.get((b, s))
+             and of_run[(n, s)] and of_run[(n, s)] != of_run[(b, s)]]
+    return (out if len(out) > 1 else None), split
+
+
+def _runs_in_short(runs):
+    """["CONFIG seed S", ...] as "CONFIG seeds S1, S2; CONFIG2 seeds ..." (in the order given)."""
+    by_name = {}
+    for run in runs:
+        name, seed = run.rsplit(" seed ", 1)
+        by_name.setdefault(name, []).append(seed)
+    return "; ".join(f"{n} seed{'s' if len(ss) > 1 else ''} {', '.join(ss)}" for n, ss in by_name.items())
 
 
 def data_fingerprint(data_bin):
@@ -2103,6 +2151,10 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
         runs_software, software_unrecorded = runs_by_software(
             {n: {sd: results[n][sd] for sd in a.seeds if sd in results[n]} for n in configs}, software,
             None if "--cpu" in common else _visible_gpu())
+        runs_machines, machine_split = runs_by_machine(
+            {n: {sd: results[n][sd] for sd in a.seeds if sd in results[n]} for n in configs}, baselines)
+        for pair in machine_split:
+            log(f"[quality] warning: {pair}: the two runs of this seed were trained on different kinds of machine")
         summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
         comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
         with_seed_and_sentence(comparisons, results, refs, _read_lines(valid_ref) if valid_ref else None, a.tgt)
@@ -2119,6 +2171,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
                 "import_sources": {src: import_sources[src] for src in used} or None, "mixed_pairs": mixed or None,
                 "model_code_runs": model_code_runs, "model_code_unrecorded": unrecorded or None,
                 "runs_software": runs_software, "runs_software_unrecorded": software_unrecorded or None,
+                "runs_machines": runs_machines, "machine_split_pairs": machine_split or None,
                 "command": " ".join(shlex.quote(x) for x in sys.argv), **software}
         # a plot only when there is a curve: intermediate BLEU points or logged validations
         has_valid_bleu = any((c.get("valid_bleu") or {}).get("updates") for c in curves.values())

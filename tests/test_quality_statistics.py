@@ -2472,3 +2472,51 @@ def test_a_report_names_the_software_its_runs_were_trained_with_where_it_is_not_
     q = _main(qc, study, "--seeds", "1", "2")
     assert q["meta"]["runs_software_unrecorded"] == ["00-transformer seed 2"]
     assert "1 run(s) with no record of the software or GPU" in (study.out / "quality.md").read_text()
+
+
+def test_a_report_names_the_machines_its_runs_ran_on_and_warns_of_seed_pairs_split_across_them(qc, study):
+    """CPU and GPU models order floating-point sums differently, so a seed's run retrains
+    differently on another kind of machine: a report whose runs span several kinds lists
+    them, and a seed pair whose two runs ran on different kinds is a warning (its paired
+    difference includes the machine's)."""
+    q = _main(qc, study, "--seeds", "1", "2", "3")
+    assert q["meta"]["runs_machines"] is None and q["meta"]["machine_split_pairs"] is None
+    records = {(name, seed): study.out / "runs" / name / f"seed{seed}" / "result.json"
+               for name in ("00-transformer", "01-good") for seed in (1, 2, 3)}
+
+    def edit(key, **changes):
+        rec = json.loads(records[key].read_text())
+        rec["trained_with"].update(changes)
+        records[key].write_text(json.dumps(rec))
+
+    for seed in (1, 2, 3):  # seeds 1-2 on one CPU model, seed 3 on another: listed, no split pair
+        for name in ("00-transformer", "01-good"):
+            edit((name, seed), gpu=None, cpu="Intel(R) Xeon(R) Processor" if seed < 3 else "AMD EPYC")
+    q = _main(qc, study, "--seeds", "1", "2", "3")
+    assert q["meta"]["runs_machines"] == {
+        "CPU AMD EPYC": ["00-transformer seed 3", "01-good seed 3"],
+        "CPU Intel(R) Xeon(R) Processor": ["00-transformer seed 1", "00-transformer seed 2",
+                                           "01-good seed 1", "01-good seed 2"]}
+    assert q["meta"]["machine_split_pairs"] is None
+    md = (study.out / "quality.md").read_text()
+    assert ("CPU AMD EPYC: 00-transformer seed 3; 01-good seed 3; CPU Intel(R) Xeon(R) Processor: "
+            "00-transformer seeds 1, 2; 01-good seeds 1, 2.") in md
+    assert "different kinds of machine**" not in md
+    # seed 2's system on a (pinned) GPU, its baseline on the CPU: a split pair
+    edit(("01-good", 2), gpu="NVIDIA H200, this run on CUDA_VISIBLE_DEVICES=1 (one GPU per run)")
+    q = _main(qc, study, "--seeds", "1", "2", "3")
+    assert q["meta"]["machine_split_pairs"] == [
+        "01-good vs 00-transformer seed 2: NVIDIA H200 / CPU Intel(R) Xeon(R) Processor"]
+    assert "01-good seed 2" in q["meta"]["runs_machines"]["NVIDIA H200"]
+    assert "seed pairs whose two runs were trained on different kinds of machine" in (study.out / "quality.md").read_text()
+    # a resumed run's earlier attempt on another machine counts: seed 1's baseline began on the EPYC
+    rec = json.loads(records[("00-transformer", 1)].read_text())
+    rec["earlier_attempts"] = [{**rec["trained_with"], "cpu": "AMD EPYC"}]
+    records[("00-transformer", 1)].write_text(json.dumps(rec))
+    q = _main(qc, study, "--seeds", "1", "2", "3")
+    assert "01-good vs 00-transformer seed 1: CPU Intel(R) Xeon(R) Processor / CPU AMD EPYC + CPU Intel(R) " \
+           "Xeon(R) Processor" in q["meta"]["machine_split_pairs"]
+    # only this report's seeds count
+    assert _main(qc, study, "--seeds", "1")["meta"]["machine_split_pairs"] == [
+        "01-good vs 00-transformer seed 1: CPU Intel(R) Xeon(R) Processor / CPU AMD EPYC + CPU Intel(R) "
+        "Xeon(R) Processor"]
