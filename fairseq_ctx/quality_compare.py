@@ -35,6 +35,13 @@ test sentences), and the valid loss is read from each run's train.log. Reported:
 min-max over seeds per update count (markdown, JSON ``curves``) and OUT_DIR/curves.png.
 The final update count is always the curve's last point (the final score).
 
+Output length and chrF: for each run's final test translations, BLEU's brevity penalty, the
+output / reference length ratio, BLEU without its brevity penalty and chrF
+(``evaluation.scoring.length_statistics``; run record "length", kept in the report so that
+imported seeds keep it), per config and seed-paired per system ("Output length and chrF"):
+where outputs are shorter than the references BLEU moves with their length, and these tell a
+length difference from a precision one.
+
 Choosing among configs (``--valid-bleu``): every scored checkpoint is also translated and
 scored on the valid subset (DATA_DIR/raw/valid.TGT, same evaluation), reported as a
 "Valid BLEU" curve with seed-paired differences; choose on it and report test once, so the
@@ -1791,6 +1798,70 @@ def fit_markdown(results, baselines, seeds, updates):
     return lines + ([""] + [f"- {n}" for n in notes] if notes else [])
 
 
+LENGTH_COLUMNS = (("BP", "bp", 3), ("length ratio", "ratio", 3), ("BLEU without BP", "bleu_without_bp", 2),
+                  ("chrF", "chrf", 2))
+
+
+def add_length_statistics(results, refs, tgt):
+    """Each run with its final test translations gets "length"
+    (``evaluation.scoring.length_statistics``), kept in the report's runs, so that seeds
+    imported from it later still have it; an imported run keeps the one its report had."""
+    from fairseq_ctx.evaluation.scoring import length_statistics
+
+    for runs in results.values():
+        for rec in runs.values():
+            if rec.get("hyps") is not None:
+                rec["length"] = length_statistics(rec["hyps"], refs, tgt)
+
+
+def length_markdown(results, baselines, seeds):
+    """Per config the brevity penalty, output / reference length, BLEU without its brevity
+    penalty and chrF of the final test translations; per system the seed-paired differences
+    over the seeds both it and its baseline have them for. [] when no run has them."""
+    from fairseq_ctx.analysis.seed_statistics import seed_difference
+
+    def value(name, s, field):
+        return (results[name][s].get("length") or {}).get(field)
+
+    measured = {name: [s for s in seeds if s in runs and value(name, s, "bp") is not None]
+                for name, runs in results.items()}
+    if not any(measured.values()):
+        return []
+    lines = ["", "## Output length and chrF (final test translations)", "",
+             "BLEU = BP x BLEU without BP (the smoothed geometric mean of the n-gram precisions x 100): where "
+             "outputs are shorter than the references (length ratio < 1, sacreBLEU's tokens) the brevity "
+             "penalty BP < 1 and BLEU moves with output length; these columns tell a length difference from a "
+             "precision one. chrF: sacreBLEU's character n-gram F-score. Mean over the seeds with translations "
+             "(min-max); Δ rows: seed-paired mean difference system - baseline [95% t CI] (seeds higher / "
+             "lower). Runs imported from a report that predates these figures have none.", "",
+             "| config | baseline | seeds | " + " | ".join(c[0] for c in LENGTH_COLUMNS) + " |",
+             "|---|---|---|" + "---|" * len(LENGTH_COLUMNS)]
+    for name in sorted(results):
+        if not measured[name]:
+            continue
+        cells = []
+        for _, field, nd in LENGTH_COLUMNS:
+            xs = [x for x in (value(name, s, field) for s in measured[name]) if x is not None]
+            cells.append("-" if not xs else f"{xs[0]:.{nd}f}" if len(xs) == 1
+                         else f"{statistics.fmean(xs):.{nd}f} ({min(xs):.{nd}f}-{max(xs):.{nd}f})")
+        lines.append(f"| {name} | {baselines.get(name) or '(baseline)'} | {', '.join(map(str, measured[name]))} | "
+                     + " | ".join(cells) + " |")
+        base = baselines.get(name)
+        common = [s for s in measured[name] if s in measured.get(base, [])] if base else []
+        if not common:
+            continue
+        cells = []
+        for _, field, nd in LENGTH_COLUMNS:
+            both = [s for s in common if value(name, s, field) is not None and value(base, s, field) is not None]
+            if not both:
+                cells.append("-")
+                continue
+            d = seed_difference({s: value(name, s, field) for s in both}, {s: value(base, s, field) for s in both})
+            cells.append(f"{_ci(d, nd)} ({d['better']} / {d['worse']})")
+        lines.append(f"| Δ {name} | {base} | {', '.join(map(str, common))} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def learning_curves(results, baselines, seeds):
     """Per config: BLEU and valid loss curves over seeds; per system: seed-paired
     differences at each update count. Returns (curves, curve_comparisons)."""
@@ -2155,6 +2226,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
             {n: {sd: results[n][sd] for sd in a.seeds if sd in results[n]} for n in configs}, baselines)
         for pair in machine_split:
             log(f"[quality] warning: {pair}: the two runs of this seed were trained on different kinds of machine")
+        add_length_statistics(results, refs, a.tgt)
         summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
         comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
         with_seed_and_sentence(comparisons, results, refs, _read_lines(valid_ref) if valid_ref else None, a.tgt)
@@ -2192,6 +2264,9 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
         png_in_md = os.path.relpath(png, os.path.dirname(os.path.abspath(md_path))) if png else None
         md = markdown(summary, comparisons, baselines, meta, curves if has_curve else None,
                       curve_comparisons, png_in_md)
+        lengths = length_markdown(results, baselines, a.seeds)
+        if lengths:
+            md = md.rstrip("\n") + "\n" + "\n".join(lengths) + "\n"
         fit = fit_markdown(results, baselines, a.seeds, a.updates)
         if fit:
             md = md.rstrip("\n") + "\n" + "\n".join(fit) + "\n"

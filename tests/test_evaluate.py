@@ -11,7 +11,7 @@ import pytest
 from fairseq_ctx import cli
 from fairseq_ctx.evaluation import command, defaults
 from fairseq_ctx.evaluation.generate import parse_hypotheses
-from fairseq_ctx.evaluation.scoring import score
+from fairseq_ctx.evaluation.scoring import length_statistics, score
 from fairseq_ctx.reproduce import runner, tables
 from tests.conftest import ROOT, TINY_TEST_SENTENCES
 
@@ -37,6 +37,26 @@ def test_score_reports_sacrebleu_signature_and_tokenizer_per_language():
     perfect = score(["The cat sat on the mat."], ["The cat sat on the mat."], "en")
     assert perfect["bleu"] == 100.0 and "tok:13a" in perfect["signature"]
     assert "tok:zh" in score(["猫坐在垫子上。"], ["猫坐在垫子上。"], "zh")["signature"]
+
+
+def test_length_statistics_split_bleu_into_the_brevity_penalty_and_the_precisions():
+    """From BLEU's definition (Papineni et al. 2002): BLEU = BP * exp(mean log p_n), BP =
+    exp(1 - r / c) when the output length c is below the reference length r, else 1."""
+    import math
+
+    ref = ["a b c d e f g h"]  # 8 tokens; 13a tokenisation leaves them
+    short = length_statistics(["a b c d e f"], ref, "en")  # every n-gram matches: p_n = 1
+    assert short["sys_len"] == 6 and short["ref_len"] == 8 and short["ratio"] == 0.75
+    assert short["bp"] == pytest.approx(math.exp(1 - 8 / 6), abs=1e-4)
+    assert short["bleu_without_bp"] == 100.0 and short["precisions"] == [100.0] * 4
+    assert score(["a b c d e f"], ref, "en")["bleu"] == pytest.approx(100 * math.exp(1 - 8 / 6), abs=0.01)
+    long = length_statistics(["a b c d e f g h x y"], ref, "en")  # 10 tokens: p_n = (9 - n) / (11 - n)
+    precisions = [(9 - n) / (11 - n) for n in range(1, 5)]
+    assert long["bp"] == 1.0 and long["ratio"] == 1.25
+    assert long["precisions"] == [round(100 * p, 2) for p in precisions]
+    assert long["bleu_without_bp"] == pytest.approx(100 * math.exp(sum(map(math.log, precisions)) / 4), abs=0.01)
+    assert length_statistics(ref, ref, "en")["chrf"] == 100.0
+    assert length_statistics(["xyz"], ref, "en")["chrf"] == 0.0
 
 
 # -- --paper: one table of settings, shared with the reproduction ------------------------------------

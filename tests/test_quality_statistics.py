@@ -612,7 +612,8 @@ def test_valid_bleu_scores_every_checkpoint_on_valid_for_choosing_among_configs(
     assert diff["better"] == sum(per_seed[s] > base[s] for s in (1, 2, 3)) > 0  # higher BLEU is better
     assert q["meta"]["valid_bleu"] is True
     md = (study.out / "quality.md").read_text()
-    assert "### Valid BLEU" in md and md.count("| Δ 01-good | 00-transformer |") == 3
+    before_lengths = md.split("## Output length and chrF")[0]  # that section has a Δ row of its own
+    assert "### Valid BLEU" in md and before_lengths.count("| Δ 01-good | 00-transformer |") == 3
 
     # reported without the option, nothing rescored or retrained
     n = (len(fk.train_calls), len(fk.eval_calls), len(fk.valid_calls))
@@ -2194,7 +2195,8 @@ def test_train_loss_of_finished_runs_from_kept_checkpoints_only_never_by_trainin
     assert "train_loss" in q["runs"]["00-transformer"]["1"] and "train_loss" not in q["runs"]["01-good"]["1"]
     assert "train_loss" not in q["curve_comparisons"].get("01-good", {})
     md = (study.out / "quality.md").read_text()
-    assert "| 00-transformer | (baseline) | 1 |" in md and "| Δ 01-good |" not in md
+    fit = md.split("## Fit and generalisation (--train-loss)")[1]
+    assert "| 00-transformer | (baseline) | 1 |" in fit and "| Δ 01-good |" not in fit
     # kept by the user: still there after the measurement
     assert (study.out / "runs" / "00-transformer" / "seed1" / "checkpoints" / "checkpoint_last.pt").exists()
 
@@ -2472,6 +2474,51 @@ def test_a_report_names_the_software_its_runs_were_trained_with_where_it_is_not_
     q = _main(qc, study, "--seeds", "1", "2")
     assert q["meta"]["runs_software_unrecorded"] == ["00-transformer seed 2"]
     assert "1 run(s) with no record of the software or GPU" in (study.out / "quality.md").read_text()
+
+
+def test_a_report_gives_output_length_and_chrf_per_run_and_seed_paired_and_imported_seeds_keep_them(
+        qc, study, tmp_path):
+    """BLEU moves with output length where outputs are short: the report gives each run's
+    brevity penalty, length ratio, BLEU without BP and chrF of its final test translations,
+    their seed-paired differences, and keeps them in the JSON so that imported seeds have them."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    q = _main(qc, study)
+    refs = (study.data / "raw" / "test.en").read_text().splitlines()
+    by_hand = {}
+    for name in ("00-transformer", "01-good"):
+        for seed in (1, 2, 3):
+            hyps = json.loads((study.out / "runs" / name / f"seed{seed}" / "result.json").read_text())["hyps"]
+            c, r = sum(len(h.split()) for h in hyps), sum(len(x.split()) for x in refs)
+            bleu = BLEU().corpus_score(hyps, [refs])
+            by_hand[name, seed] = {"bp": 1.0 if c > r else math.exp(1 - r / c), "ratio": c / r,
+                                   "chrf": CHRF().corpus_score(hyps, [refs]).score}
+            found = q["runs"][name][str(seed)]["length"]
+            assert found["sys_len"] == c and found["ref_len"] == r
+            assert found["bp"] == pytest.approx(by_hand[name, seed]["bp"], abs=1e-4)
+            assert found["ratio"] == pytest.approx(c / r, abs=1e-4)
+            assert found["bleu_without_bp"] * found["bp"] == pytest.approx(bleu.score, abs=0.02)
+            assert found["chrf"] == pytest.approx(by_hand[name, seed]["chrf"], abs=0.01)
+    md = (study.out / "quality.md").read_text()
+    section = md.split("## Output length and chrF (final test translations)")[1]
+    delta_row = next(line for line in section.splitlines() if line.startswith("| Δ 01-good | 00-transformer | 1, 2, 3 |"))
+    for field, column, nd in (("bp", 3, 3), ("ratio", 4, 3), ("chrf", 6, 2)):
+        diff = statistics.fmean(by_hand["01-good", s][field] - by_hand["00-transformer", s][field] for s in (1, 2, 3))
+        shown = float(delta_row.split("|")[column + 1].split()[0])
+        assert shown == pytest.approx(diff, abs=1.5 * 10 ** -nd), field
+    # imported seeds keep them; a seed imported from a report without them has none and is named by the seeds column
+    report = tmp_path / "earlier.json"
+    report.write_text((study.out / "quality.json").read_text())
+    shutil.rmtree(study.out)
+    q2 = _main(qc, study, "--import-runs", str(report))
+    assert q2["runs"]["01-good"]["2"]["length"] == q["runs"]["01-good"]["2"]["length"]
+    old = json.loads(report.read_text())
+    del old["runs"]["01-good"]["2"]["length"]
+    report.write_text(json.dumps(old))
+    shutil.rmtree(study.out)
+    _main(qc, study, "--import-runs", str(report))
+    section = (study.out / "quality.md").read_text().split("## Output length and chrF")[1]
+    assert "| 01-good | 00-transformer | 1, 3 |" in section and "| Δ 01-good | 00-transformer | 1, 3 |" in section
 
 
 def test_a_report_names_the_machines_its_runs_ran_on_and_warns_of_seed_pairs_split_across_them(qc, study):

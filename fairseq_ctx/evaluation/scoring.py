@@ -36,6 +36,20 @@ def score(hypotheses, references, tgt):
     return {"bleu": round(result.score, 2), "signature": str(bleu.get_signature()), "text": str(result)}
 
 
+def length_statistics(hypotheses, references, lang):
+    """What corpus BLEU is made of, and chrF: the brevity penalty, output / reference length
+    (sacreBLEU's tokens), the n-gram precisions, BLEU without its brevity penalty (the
+    precisions' smoothed geometric mean x 100: BLEU = BP x that) and sacreBLEU's chrF. BLEU
+    moves with output length where outputs are shorter than the references (BP < 1); these
+    tell a length difference from a precision difference."""
+    _, bleu = _corpus_bleu(hypotheses, references, lang)
+    chrf = sacrebleu.metrics.CHRF().corpus_score(hypotheses, [references])
+    return {"bp": round(bleu.bp, 4), "ratio": round(bleu.sys_len / bleu.ref_len, 4) if bleu.ref_len else None,
+            "sys_len": bleu.sys_len, "ref_len": bleu.ref_len, "precisions": [round(x, 2) for x in bleu.precisions],
+            "bleu_without_bp": round(bleu.score / bleu.bp, 2) if bleu.bp > 0 else None,
+            "chrf": round(chrf.score, 2)}
+
+
 def sentence_statistics(hypotheses, references, lang):
     """sacreBLEU's per-sentence sufficient statistics (hypothesis and reference length,
     n-gram matches and totals): corpus BLEU is :func:`bleu_of_statistics` of their sum."""
