@@ -1714,13 +1714,48 @@ def _neutral(diff, neutral):
     return diff
 
 
+def _seed_table(results, baselines, measured, columns, value):
+    """The lines of a per-config table: header; per config (its seeds ``measured[name]``) the
+    mean over those seeds (min-max) of each column; per system the seed-paired mean difference
+    system - baseline over the seeds both have [95% t CI] (seeds higher / lower).
+    ``columns``: [(title, decimals)]; ``value(name, seed, column index)``: a number or None."""
+    from fairseq_ctx.analysis.seed_statistics import seed_difference
+
+    lines = ["| config | baseline | seeds | " + " | ".join(title for title, _ in columns) + " |",
+             "|---|---|---|" + "---|" * len(columns)]
+    for name in sorted(results):
+        if not measured[name]:
+            continue
+        cells = []
+        for i, (_, nd) in enumerate(columns):
+            xs = [x for x in (value(name, s, i) for s in measured[name]) if x is not None]
+            cells.append("-" if not xs else f"{xs[0]:.{nd}f}" if len(xs) == 1
+                         else f"{statistics.fmean(xs):.{nd}f} ({min(xs):.{nd}f}-{max(xs):.{nd}f})")
+        lines.append(f"| {name} | {baselines.get(name) or '(baseline)'} | {', '.join(map(str, measured[name]))} | "
+                     + " | ".join(cells) + " |")
+        base = baselines.get(name)
+        common = [s for s in measured[name] if s in measured.get(base, [])] if base else []
+        if not common:
+            continue
+        cells = []
+        for i, (_, nd) in enumerate(columns):
+            both = [s for s in common if value(name, s, i) is not None and value(base, s, i) is not None]
+            if not both:
+                cells.append("-")
+                continue
+            d = seed_difference({s: value(name, s, i) for s in both}, {s: value(base, s, i) for s in both})
+            up = sum(1 for x in d["diffs"] if x is not None and x > 0)
+            down = sum(1 for x in d["diffs"] if x is not None and x < 0)
+            cells.append(f"{_ci(d, nd)} ({up} / {down})")
+        lines.append(f"| Δ {name} | {base} | {', '.join(map(str, common))} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def fit_markdown(results, baselines, seeds, updates):
     """The --train-loss section: per config the train-set and valid loss of its final
     checkpoints (one pass, eval mode), valid - train, the NLLs; per system the seed-paired
     differences over the seeds both it and its baseline have (named), with their 95% t CI and
     the seeds higher / lower. [] when no run has one."""
-    from fairseq_ctx.analysis.seed_statistics import seed_difference
-
     columns = (("train-set loss", "train_loss", "loss"), ("valid loss", "fit_gap", "valid_loss"),
                ("valid - train", "fit_gap", "loss"), ("train-set NLL", "train_loss", "nll_loss"),
                ("valid NLL", "fit_gap", "valid_nll_loss"), ("valid - train NLL", "fit_gap", "nll_loss"))
@@ -1742,38 +1777,8 @@ def fit_markdown(results, baselines, seeds, updates):
              "training data: the system fits its training data worse (optimisation, capacity); level or ahead "
              "on the training data and behind on valid: it generalises worse. valid - train is the valid "
              "difference minus the train one on the same seeds, not a third measurement.", "",
-             "| config | baseline | seeds | " + " | ".join(c[0] for c in columns) + " |",
-             "|---|---|---|" + "---|" * len(columns)]
-
-    def cell(name, key, field):
-        xs = [value(results[name][s], key, field) for s in measured[name]]
-        xs = [x for x in xs if x is not None]
-        if not xs:
-            return "-"
-        return f"{statistics.fmean(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})" if len(xs) > 1 else f"{xs[0]:.3f}"
-
-    for name in sorted(results):
-        if not measured[name]:
-            continue
-        lines.append(f"| {name} | {baselines.get(name) or '(baseline)'} | {', '.join(map(str, measured[name]))} | "
-                     + " | ".join(cell(name, key, field) for _, key, field in columns) + " |")
-        base = baselines.get(name)
-        common = [s for s in measured[name] if s in measured.get(base, [])] if base else []
-        if not common:
-            continue
-        cells = []
-        for _, key, field in columns:
-            sys_v = {s: value(results[name][s], key, field) for s in common}
-            base_v = {s: value(results[base][s], key, field) for s in common}
-            both = [s for s in common if sys_v[s] is not None and base_v[s] is not None]
-            if not both:
-                cells.append("-")
-                continue
-            d = seed_difference({s: sys_v[s] for s in both}, {s: base_v[s] for s in both}, higher_is_better=False)
-            up = sum(1 for x in d["diffs"] if x is not None and x > 0)
-            down = sum(1 for x in d["diffs"] if x is not None and x < 0)
-            cells.append(f"{_ci(d, 3)} ({up} / {down})")
-        lines.append(f"| Δ {name} | {base} | {', '.join(map(str, common))} | " + " | ".join(cells) + " |")
+             ] + _seed_table(results, baselines, measured, [(title, 3) for title, _, _ in columns],
+                             lambda name, s, i: value(results[name][s], *columns[i][1:]))
     notes = []
     records = {(name, s): results[name][s]["train_loss"][updates] for name in sorted(results) for s in measured[name]}
     first = [f"{name} seed {s}" for (name, s), r in records.items() if "sentences" not in r]
@@ -1818,8 +1823,6 @@ def length_markdown(results, baselines, seeds):
     """Per config the brevity penalty, output / reference length, BLEU without its brevity
     penalty and chrF of the final test translations; per system the seed-paired differences
     over the seeds both it and its baseline have them for. [] when no run has them."""
-    from fairseq_ctx.analysis.seed_statistics import seed_difference
-
     def value(name, s, field):
         return (results[name][s].get("length") or {}).get(field)
 
@@ -1834,32 +1837,9 @@ def length_markdown(results, baselines, seeds):
              "precision one. chrF: sacreBLEU's character n-gram F-score. Mean over the seeds with translations "
              "(min-max); Δ rows: seed-paired mean difference system - baseline [95% t CI] (seeds higher / "
              "lower). Runs imported from a report that predates these figures have none.", "",
-             "| config | baseline | seeds | " + " | ".join(c[0] for c in LENGTH_COLUMNS) + " |",
-             "|---|---|---|" + "---|" * len(LENGTH_COLUMNS)]
-    for name in sorted(results):
-        if not measured[name]:
-            continue
-        cells = []
-        for _, field, nd in LENGTH_COLUMNS:
-            xs = [x for x in (value(name, s, field) for s in measured[name]) if x is not None]
-            cells.append("-" if not xs else f"{xs[0]:.{nd}f}" if len(xs) == 1
-                         else f"{statistics.fmean(xs):.{nd}f} ({min(xs):.{nd}f}-{max(xs):.{nd}f})")
-        lines.append(f"| {name} | {baselines.get(name) or '(baseline)'} | {', '.join(map(str, measured[name]))} | "
-                     + " | ".join(cells) + " |")
-        base = baselines.get(name)
-        common = [s for s in measured[name] if s in measured.get(base, [])] if base else []
-        if not common:
-            continue
-        cells = []
-        for _, field, nd in LENGTH_COLUMNS:
-            both = [s for s in common if value(name, s, field) is not None and value(base, s, field) is not None]
-            if not both:
-                cells.append("-")
-                continue
-            d = seed_difference({s: value(name, s, field) for s in both}, {s: value(base, s, field) for s in both})
-            cells.append(f"{_ci(d, nd)} ({d['better']} / {d['worse']})")
-        lines.append(f"| Δ {name} | {base} | {', '.join(map(str, common))} | " + " | ".join(cells) + " |")
-    return lines
+             ]
+    return lines + _seed_table(results, baselines, measured, [(title, nd) for title, _, nd in LENGTH_COLUMNS],
+                               lambda name, s, i: value(name, s, LENGTH_COLUMNS[i][1]))
 
 
 def learning_curves(results, baselines, seeds):
