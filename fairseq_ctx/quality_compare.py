@@ -38,9 +38,10 @@ The final update count is always the curve's last point (the final score).
 Output length and chrF: for each run's final test translations, BLEU's brevity penalty, the
 output / reference length ratio, BLEU without its brevity penalty and chrF
 (``evaluation.scoring.length_statistics``; run record "length", kept in the report so that
-imported seeds keep it), per config and seed-paired per system ("Output length and chrF"):
-where outputs are shorter than the references BLEU moves with their length, and these tell a
-length difference from a precision one.
+imported seeds keep it), per config and seed-paired per system ("Output length and chrF",
+JSON ``length_comparisons``): where outputs are shorter than the references BLEU moves with
+their length. The columns are read together, not as a split of BLEU into independent causes:
+a shorter output also tends to have higher precisions, and chrF (β = 2) falls with it too.
 
 Choosing among configs (``--valid-bleu``): every scored checkpoint is also translated and
 scored on the valid subset (DATA_DIR/raw/valid.TGT, same evaluation), reported as a
@@ -93,9 +94,10 @@ scoring) therefore sees one GPU of its own (CUDA_VISIBLE_DEVICES, recorded in th
 "trained_with"); ``--jobs N`` runs N at a time, spread over the GPUs. ``--all-gpus-per-run``
 gives every run all of them instead. Runs of one comparison on a GPU and on the CPU (or on
 two machines) are not bit-comparable: pair seeds made in one place. A report whose runs span
-several kinds of machine (GPU model, or CPU model for CPU trainings; every attempt of a resumed
-run) lists which runs ran where (JSON ``meta.runs_machines``) and warns of each seed pair whose
-two runs ran on different kinds (``meta.machine_split_pairs``).
+several kinds of machine (GPU model, or CPU model and thread count for CPU trainings; every
+attempt of a resumed run) lists which runs ran where (JSON ``meta.runs_machines``) and warns of
+each seed pair whose two runs ran on different kinds (``meta.machine_split_pairs``); runs whose
+machine is not recorded are named (``meta.runs_machine_unrecorded``).
 
 A run resumed after an interruption whose checkpoint_last.pt was cut off while fairseq
 copied it resumes from the newest whole checkpoint (fairseq_ctx/checkpoint_repair.py).
@@ -554,13 +556,18 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
            + "; ".join(f"{what}: {', '.join(runs)}" for what, runs in sorted(meta["runs_software"].items()))
            + " (each run's `trained_with` in the JSON)."]
           if meta.get("runs_software") else []),
-        *([f"- runs trained on more than one kind of machine (floating-point order, and so each run's "
-           f"trajectory, differs between them; each run's `trained_with` in the JSON): "
-           + "; ".join(f"{m}: {_runs_in_short(runs)}" for m, runs in sorted(meta["runs_machines"].items())) + "."]
+        *([f"- runs trained on more than one kind of machine (GPU model, or CPU model and thread count: "
+           f"floating-point order, and so each run's trajectory, differs between them; each run's "
+           f"`trained_with` in the JSON):"]
+          + [f"  - {m}: {_runs_in_short(runs)}" for m, runs in sorted(meta["runs_machines"].items())]
           if meta.get("runs_machines") else []),
         *([f"- **warning: seed pairs whose two runs were trained on different kinds of machine** (their "
            f"paired difference includes the machine's): {'; '.join(meta['machine_split_pairs'])}."]
           if meta.get("machine_split_pairs") else []),
+        *([f"- {len(meta['runs_machine_unrecorded'])} run(s) whose kind of machine is not recorded (trained "
+           f"before the GPU was recorded, or on a GPU the probe could not name), left out of the machine "
+           f"checks: {', '.join(meta['runs_machine_unrecorded'])}."]
+          if meta.get("runs_machine_unrecorded") else []),
         *([f"- {len(meta['runs_software_unrecorded'])} run(s) with no record of the software or GPU they were "
            f"trained with: {', '.join(meta['runs_software_unrecorded'])}."]
           if meta.get("runs_software_unrecorded") else []),
@@ -758,42 +765,61 @@ def runs_by_software(results, this_software, this_gpu):
     return (out if set(out) - {here} else None), unrecorded
 
 
+# what the GPU probe records where it could not name the GPU (see _ask_for_gpus)
+_UNNAMED_GPU = ("unknown (", "unnamed GPU")
+
+
 def _machine_of(attempt):
-    """The kind of machine one training attempt ran on: its GPU model, or "CPU <model>"
-    for a CPU training (None where neither is recorded)."""
-    gpu = re.sub(r" \(x\d+ visible\)$", "", (attempt.get("gpu") or "").split(", this run on ")[0])
+    """The kind of machine one training attempt ran on, as far as its floating-point order
+    goes: its GPU model ("NAME (xN visible)" for an unpinned run on a node of several: a
+    data-parallel training over all of them), or "CPU <model>, N thread(s)" for a CPU
+    training (the thread count splits sums differently). None where not recorded: a record
+    older than the "gpu" field, or a GPU the probe could not name."""
+    if "gpu" not in attempt:
+        return None
+    gpu = attempt.get("gpu") or ""
+    if ", this run on CUDA_VISIBLE_DEVICES=" in gpu:  # pinned to one GPU of the node's
+        gpu = re.sub(r" \(x\d+ visible\)$", "", gpu.split(", this run on ")[0])
     if gpu:
-        return gpu
-    return f"CPU {attempt['cpu']}" if attempt.get("cpu") else None
+        return None if gpu.startswith(_UNNAMED_GPU) else gpu
+    if not attempt.get("cpu"):
+        return None
+    threads = attempt.get("threads")
+    return f"CPU {attempt['cpu']}, " + (f"{threads} thread{'s' if threads != 1 else ''}"
+                                        if isinstance(threads, int) else f"threads {threads}")
 
 
 def runs_by_machine(results, baselines):
     """({machine: ["CONFIG seed S", ...]} when the runs of ``results`` (every recorded
-    attempt) span more than one kind of machine, else None; ["SYSTEM vs BASELINE seed S:
-    MACHINES / MACHINES", ...] for the seed pairs whose two runs ran on different kinds).
-    Floating-point order, and so a run's trajectory, differs between CPU and GPU models: a
-    seed-paired difference across two kinds of machine includes the machine's."""
-    out, of_run = {}, {}
+    attempt) span more than one kind of machine (``_machine_of``), else None; ["SYSTEM vs
+    BASELINE seed S: MACHINES / MACHINES", ...] for the seed pairs whose two runs ran on
+    different kinds; ["CONFIG seed S", ...] with a recorded attempt but no kind of machine
+    in any). Floating-point order, and so a run's trajectory, differs between CPU and GPU
+    models: a seed-paired difference across two kinds of machine includes the machine's."""
+    out, of_run, unknown = {}, {}, []
     for name in sorted(results):
         for seed, rec in sorted(results[name].items()):
-            machines = sorted({m for m in map(_machine_of, _recorded_attempts(rec)) if m})
+            attempts = _recorded_attempts(rec)
+            machines = sorted({m for m in map(_machine_of, attempts) if m})
             of_run[(name, seed)] = machines
             for machine in machines:
                 out.setdefault(machine, []).append(f"{name} seed {seed}")
+            if attempts and not machines:  # no attempt at all: listed as unrecorded software already
+                unknown.append(f"{name} seed {seed}")
     split = [f"{n} vs {b} seed {s}: {' + '.join(of_run[(n, s)])} / {' + '.join(of_run[(b, s)])}"
              for n, b in sorted(baselines.items()) if b
              for (name, s) in sorted(of_run) if name == n and of_run.get((b, s))
              and of_run[(n, s)] and of_run[(n, s)] != of_run[(b, s)]]
-    return (out if len(out) > 1 else None), split
+    return (out if len(out) > 1 else None), split, unknown
 
 
 def _runs_in_short(runs):
-    """["CONFIG seed S", ...] as "CONFIG seeds S1, S2; CONFIG2 seeds ..." (in the order given)."""
+    """["CONFIG seed S", ...] as "CONFIG seeds S1 S2, CONFIG2 seeds ..." (in the order given)."""
     by_name = {}
     for run in runs:
         name, seed = run.rsplit(" seed ", 1)
         by_name.setdefault(name, []).append(seed)
-    return "; ".join(f"{n} seed{'s' if len(ss) > 1 else ''} {', '.join(ss)}" for n, ss in by_name.items())
+    return ", ".join(f"{n} seed{'s' if len(ss) > 1 else ''} {' '.join(ss)}" for n, ss in by_name.items())
 
 
 def data_fingerprint(data_bin):
@@ -1714,11 +1740,12 @@ def _neutral(diff, neutral):
     return diff
 
 
-def _seed_table(results, baselines, measured, columns, value):
+def _seed_table(results, baselines, measured, columns, value, differences=None):
     """The lines of a per-config table: header; per config (its seeds ``measured[name]``) the
     mean over those seeds (min-max) of each column; per system the seed-paired mean difference
     system - baseline over the seeds both have [95% t CI] (seeds higher / lower).
-    ``columns``: [(title, decimals)]; ``value(name, seed, column index)``: a number or None."""
+    ``columns``: [(title, decimals)]; ``value(name, seed, column index)``: a number or None;
+    ``differences``: a dict given gets {system: {column index: seed_difference}}."""
     from fairseq_ctx.analysis.seed_statistics import seed_difference
 
     lines = ["| config | baseline | seeds | " + " | ".join(title for title, _ in columns) + " |",
@@ -1744,6 +1771,8 @@ def _seed_table(results, baselines, measured, columns, value):
                 cells.append("-")
                 continue
             d = seed_difference({s: value(name, s, i) for s in both}, {s: value(base, s, i) for s in both})
+            if differences is not None:
+                differences.setdefault(name, {})[i] = d
             up = sum(1 for x in d["diffs"] if x is not None and x > 0)
             down = sum(1 for x in d["diffs"] if x is not None and x < 0)
             cells.append(f"{_ci(d, nd)} ({up} / {down})")
@@ -1820,26 +1849,37 @@ def add_length_statistics(results, refs, tgt):
 
 
 def length_markdown(results, baselines, seeds):
-    """Per config the brevity penalty, output / reference length, BLEU without its brevity
-    penalty and chrF of the final test translations; per system the seed-paired differences
-    over the seeds both it and its baseline have them for. [] when no run has them."""
+    """(lines, comparisons): per config the brevity penalty, output / reference length, BLEU
+    without its brevity penalty and chrF of the final test translations; per system the
+    seed-paired differences over the seeds both it and its baseline have them for
+    (comparisons: {system: {"baseline": B, FIELD: seed_difference}}, for the JSON). ([], {})
+    when no run has them."""
     def value(name, s, field):
         return (results[name][s].get("length") or {}).get(field)
 
     measured = {name: [s for s in seeds if s in runs and value(name, s, "bp") is not None]
                 for name, runs in results.items()}
     if not any(measured.values()):
-        return []
+        return [], {}
+    signatures = sorted({results[n][s]["length"].get("chrf_signature") for n in results for s in measured[n]} - {None})
     lines = ["", "## Output length and chrF (final test translations)", "",
-             "BLEU = BP x BLEU without BP (the smoothed geometric mean of the n-gram precisions x 100): where "
-             "outputs are shorter than the references (length ratio < 1, sacreBLEU's tokens) the brevity "
-             "penalty BP < 1 and BLEU moves with output length; these columns tell a length difference from a "
-             "precision one. chrF: sacreBLEU's character n-gram F-score. Mean over the seeds with translations "
-             "(min-max); Δ rows: seed-paired mean difference system - baseline [95% t CI] (seeds higher / "
-             "lower). Runs imported from a report that predates these figures have none.", "",
+             "BLEU = BP x BLEU without BP, the geometric mean of sacreBLEU's four n-gram precisions (in %). "
+             "Where outputs are shorter than the references (length ratio < 1, sacreBLEU's tokens) BP < 1 and "
+             "BLEU moves with output length. Read the columns together, not as independent causes: a shorter "
+             "output also tends to have higher precisions (fewer, surer words), so a BLEU-without-BP difference "
+             "at a different length ratio is not a pure precision difference. chrF: sacreBLEU's character "
+             "n-gram F-score (β = 2: recall weighs twice precision, so it falls with output length too"
+             + (f"; {', '.join(signatures)}" if signatures else "") + "). Mean over the seeds with these "
+             "figures (min-max); Δ rows: seed-paired mean difference system - baseline [95% t CI] (seeds "
+             "higher / lower). Runs imported from a report that predates these figures have none.", "",
              ]
-    return lines + _seed_table(results, baselines, measured, [(title, nd) for title, _, nd in LENGTH_COLUMNS],
-                               lambda name, s, i: value(name, s, LENGTH_COLUMNS[i][1]))
+    differences = {}
+    lines += _seed_table(results, baselines, measured, [(title, nd) for title, _, nd in LENGTH_COLUMNS],
+                         lambda name, s, i: value(name, s, LENGTH_COLUMNS[i][1]), differences)
+    comparisons = {name: {"baseline": baselines[name],
+                          **{LENGTH_COLUMNS[i][1]: d for i, d in sorted(by_column.items())}}
+                   for name, by_column in sorted(differences.items())}
+    return lines, comparisons
 
 
 def learning_curves(results, baselines, seeds):
@@ -2202,10 +2242,10 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
         runs_software, software_unrecorded = runs_by_software(
             {n: {sd: results[n][sd] for sd in a.seeds if sd in results[n]} for n in configs}, software,
             None if "--cpu" in common else _visible_gpu())
-        runs_machines, machine_split = runs_by_machine(
+        runs_machines, machine_split, machine_unknown = runs_by_machine(
             {n: {sd: results[n][sd] for sd in a.seeds if sd in results[n]} for n in configs}, baselines)
         for pair in machine_split:
-            log(f"[quality] warning: {pair}: the two runs of this seed were trained on different kinds of machine")
+            log(f"[quality] warning: the two runs of a seed were trained on different kinds of machine ({pair})")
         add_length_statistics(results, refs, a.tgt)
         summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
         comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
@@ -2224,6 +2264,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
                 "model_code_runs": model_code_runs, "model_code_unrecorded": unrecorded or None,
                 "runs_software": runs_software, "runs_software_unrecorded": software_unrecorded or None,
                 "runs_machines": runs_machines, "machine_split_pairs": machine_split or None,
+                "runs_machine_unrecorded": machine_unknown or None,
                 "command": " ".join(shlex.quote(x) for x in sys.argv), **software}
         # a plot only when there is a curve: intermediate BLEU points or logged validations
         has_valid_bleu = any((c.get("valid_bleu") or {}).get("updates") for c in curves.values())
@@ -2244,7 +2285,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
         png_in_md = os.path.relpath(png, os.path.dirname(os.path.abspath(md_path))) if png else None
         md = markdown(summary, comparisons, baselines, meta, curves if has_curve else None,
                       curve_comparisons, png_in_md)
-        lengths = length_markdown(results, baselines, a.seeds)
+        lengths, length_comparisons = length_markdown(results, baselines, a.seeds)
         if lengths:
             md = md.rstrip("\n") + "\n" + "\n".join(lengths) + "\n"
         fit = fit_markdown(results, baselines, a.seeds, a.updates)
@@ -2254,6 +2295,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
         out = {"meta": meta, "configs": {n: " ".join(v) for n, v in configs.items()},
                "baselines": baselines, "summary": summary, "comparisons": comparisons,
                "curves": curves, "curve_comparisons": curve_comparisons, "curve_png": png,
+               "length_comparisons": length_comparisons or None,
                "runs": {n: {str(s): {k: v for k, v in r.items() if k not in TRANSLATIONS}
                             for s, r in results[n].items()} for n in results}}
         # whole files or none: an interrupted report never looks complete; both are written before

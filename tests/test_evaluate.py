@@ -57,6 +57,24 @@ def test_length_statistics_split_bleu_into_the_brevity_penalty_and_the_precision
     assert long["bleu_without_bp"] == pytest.approx(100 * math.exp(sum(map(math.log, precisions)) / 4), abs=0.01)
     assert length_statistics(ref, ref, "en")["chrf"] == 100.0
     assert length_statistics(["xyz"], ref, "en")["chrf"] == 0.0
+    assert "nc:6" in length_statistics(ref, ref, "en")["chrf_signature"]  # chrF's character order, named
+
+
+def test_bleu_without_bp_is_the_precisions_geometric_mean_when_short_and_when_empty():
+    """Short and imperfect (BP < 1 and p_n < 1): BLEU without BP is exp(mean log p_n), with
+    sacreBLEU's "exp" smoothing of a precision with no match (1 / (2 totals)); no output at
+    all (BP 0): 0, not undefined."""
+    import math
+
+    ref = ["a b c d e f g h"]
+    short = length_statistics(["a b c x e f"], ref, "en")  # 6 tokens, "x" breaks the n-grams across it
+    precisions = [5 / 6, 3 / 5, 1 / 4, 1 / (2 * 3)]  # 4-grams: 0 of 3 match -> smoothed
+    assert short["bp"] == pytest.approx(math.exp(1 - 8 / 6), abs=1e-4)
+    assert short["bleu_without_bp"] == pytest.approx(100 * math.exp(sum(map(math.log, precisions)) / 4), abs=0.01)
+    assert short["bleu_without_bp"] * short["bp"] == pytest.approx(score(["a b c x e f"], ref, "en")["bleu"], abs=0.02)
+    empty = length_statistics([""], ref, "en")
+    assert empty["bp"] == 0.0 and empty["sys_len"] == 0 and empty["ratio"] == 0.0
+    assert empty["bleu_without_bp"] == 0.0 and empty["chrf"] == 0.0
 
 
 # -- --paper: one table of settings, shared with the reproduction ------------------------------------

@@ -2491,21 +2491,30 @@ def test_a_report_gives_output_length_and_chrf_per_run_and_seed_paired_and_impor
             hyps = json.loads((study.out / "runs" / name / f"seed{seed}" / "result.json").read_text())["hyps"]
             c, r = sum(len(h.split()) for h in hyps), sum(len(x.split()) for x in refs)
             bleu = BLEU().corpus_score(hyps, [refs])
+            # the precisions from the n-gram counts, with sacreBLEU's "exp" smoothing of an order with no match
+            precisions, halvings = [], 1
+            for matched, total in zip(bleu.counts, bleu.totals):
+                halvings *= 2 if matched == 0 else 1
+                precisions.append(matched / total if matched else 1 / (halvings * total))
             by_hand[name, seed] = {"bp": 1.0 if c > r else math.exp(1 - r / c), "ratio": c / r,
+                                   "bleu_without_bp": 100 * math.exp(sum(map(math.log, precisions)) / 4),
                                    "chrf": CHRF().corpus_score(hyps, [refs]).score}
             found = q["runs"][name][str(seed)]["length"]
             assert found["sys_len"] == c and found["ref_len"] == r
             assert found["bp"] == pytest.approx(by_hand[name, seed]["bp"], abs=1e-4)
             assert found["ratio"] == pytest.approx(c / r, abs=1e-4)
-            assert found["bleu_without_bp"] * found["bp"] == pytest.approx(bleu.score, abs=0.02)
+            assert found["bleu_without_bp"] == pytest.approx(by_hand[name, seed]["bleu_without_bp"], abs=0.01)
             assert found["chrf"] == pytest.approx(by_hand[name, seed]["chrf"], abs=0.01)
     md = (study.out / "quality.md").read_text()
     section = md.split("## Output length and chrF (final test translations)")[1]
     delta_row = next(line for line in section.splitlines() if line.startswith("| Δ 01-good | 00-transformer | 1, 2, 3 |"))
-    for field, column, nd in (("bp", 3, 3), ("ratio", 4, 3), ("chrf", 6, 2)):
+    assert q["length_comparisons"]["01-good"]["baseline"] == "00-transformer"
+    for field, column, nd in (("bp", 3, 3), ("ratio", 4, 3), ("bleu_without_bp", 5, 2), ("chrf", 6, 2)):
         diff = statistics.fmean(by_hand["01-good", s][field] - by_hand["00-transformer", s][field] for s in (1, 2, 3))
         shown = float(delta_row.split("|")[column + 1].split()[0])
         assert shown == pytest.approx(diff, abs=1.5 * 10 ** -nd), field
+        in_json = q["length_comparisons"]["01-good"][field]
+        assert in_json["seeds"] == [1, 2, 3] and in_json["mean_diff"] == pytest.approx(diff, abs=1.5 * 10 ** -nd), field
     # imported seeds keep them; a seed imported from a report without them has none and is named by the seeds column
     report = tmp_path / "earlier.json"
     report.write_text((study.out / "quality.json").read_text())
@@ -2519,6 +2528,37 @@ def test_a_report_gives_output_length_and_chrf_per_run_and_seed_paired_and_impor
     _main(qc, study, "--import-runs", str(report))
     section = (study.out / "quality.md").read_text().split("## Output length and chrF")[1]
     assert "| 01-good | 00-transformer | 1, 3 |" in section and "| Δ 01-good | 00-transformer | 1, 3 |" in section
+
+
+def test_the_kind_of_machine_separates_thread_counts_and_unpinned_multi_gpu_runs_and_leaves_unnamed_ones_out(qc):
+    """What splits a seed pair: a CPU run on 2 threads against one on 1 (sums split
+    differently), an unpinned run on a node of 8 GPUs (data-parallel over all 8) against a
+    run pinned to one of them. What is not a kind of machine: a GPU the probe could not name,
+    a record from before the GPU was recorded; those runs are named, not compared."""
+    def rec(**trained_with):
+        return {"trained_with": trained_with}
+
+    epyc = dict(cpu="AMD EPYC", gpu=None)
+    results = {
+        "00-transformer": {1: rec(**epyc, threads=1), 2: rec(cpu="x", gpu="NVIDIA H200 (x8 visible)", threads=1),
+                           3: rec(cpu="x", gpu="unknown (the GPU probe timed out)", threads=1),
+                           4: rec(cpu="AMD EPYC", threads=1)},
+        "01-good": {1: rec(**epyc, threads=2),
+                    2: rec(cpu="x", gpu="NVIDIA H200 (x8 visible), this run on CUDA_VISIBLE_DEVICES=3 (one GPU per run)",
+                           threads=1),
+                    3: rec(cpu="x", gpu="unnamed GPU (its name could not be read: RuntimeError)", threads=1),
+                    4: rec(**epyc, threads="default (2 cores)")}}
+    machines, split, unknown = qc.runs_by_machine(results, {"00-transformer": None, "01-good": "00-transformer"})
+    assert split == ["01-good vs 00-transformer seed 1: CPU AMD EPYC, 2 threads / CPU AMD EPYC, 1 thread",
+                     "01-good vs 00-transformer seed 2: NVIDIA H200 / NVIDIA H200 (x8 visible)"]
+    assert unknown == ["00-transformer seed 3", "00-transformer seed 4", "01-good seed 3"]
+    assert machines == {"CPU AMD EPYC, 1 thread": ["00-transformer seed 1"],
+                        "CPU AMD EPYC, 2 threads": ["01-good seed 1"],
+                        "CPU AMD EPYC, threads default (2 cores)": ["01-good seed 4"],
+                        "NVIDIA H200": ["01-good seed 2"], "NVIDIA H200 (x8 visible)": ["00-transformer seed 2"]}
+    # one kind throughout: nothing listed, nothing split
+    same = {name: {1: rec(**epyc, threads=1)} for name in ("00-transformer", "01-good")}
+    assert qc.runs_by_machine(same, {"00-transformer": None, "01-good": "00-transformer"}) == (None, [], [])
 
 
 def test_a_report_names_the_machines_its_runs_ran_on_and_warns_of_seed_pairs_split_across_them(qc, study):
@@ -2538,22 +2578,22 @@ def test_a_report_names_the_machines_its_runs_ran_on_and_warns_of_seed_pairs_spl
 
     for seed in (1, 2, 3):  # seeds 1-2 on one CPU model, seed 3 on another: listed, no split pair
         for name in ("00-transformer", "01-good"):
-            edit((name, seed), gpu=None, cpu="Intel(R) Xeon(R) Processor" if seed < 3 else "AMD EPYC")
+            edit((name, seed), gpu=None, threads=1, cpu="Intel(R) Xeon(R) Processor" if seed < 3 else "AMD EPYC")
     q = _main(qc, study, "--seeds", "1", "2", "3")
     assert q["meta"]["runs_machines"] == {
-        "CPU AMD EPYC": ["00-transformer seed 3", "01-good seed 3"],
-        "CPU Intel(R) Xeon(R) Processor": ["00-transformer seed 1", "00-transformer seed 2",
-                                           "01-good seed 1", "01-good seed 2"]}
+        "CPU AMD EPYC, 1 thread": ["00-transformer seed 3", "01-good seed 3"],
+        "CPU Intel(R) Xeon(R) Processor, 1 thread": ["00-transformer seed 1", "00-transformer seed 2",
+                                                     "01-good seed 1", "01-good seed 2"]}
     assert q["meta"]["machine_split_pairs"] is None
     md = (study.out / "quality.md").read_text()
-    assert ("CPU AMD EPYC: 00-transformer seed 3; 01-good seed 3; CPU Intel(R) Xeon(R) Processor: "
-            "00-transformer seeds 1, 2; 01-good seeds 1, 2.") in md
+    assert ("  - CPU AMD EPYC, 1 thread: 00-transformer seed 3, 01-good seed 3\n"
+            "  - CPU Intel(R) Xeon(R) Processor, 1 thread: 00-transformer seeds 1 2, 01-good seeds 1 2\n") in md
     assert "different kinds of machine**" not in md
     # seed 2's system on a (pinned) GPU, its baseline on the CPU: a split pair
     edit(("01-good", 2), gpu="NVIDIA H200, this run on CUDA_VISIBLE_DEVICES=1 (one GPU per run)")
     q = _main(qc, study, "--seeds", "1", "2", "3")
     assert q["meta"]["machine_split_pairs"] == [
-        "01-good vs 00-transformer seed 2: NVIDIA H200 / CPU Intel(R) Xeon(R) Processor"]
+        "01-good vs 00-transformer seed 2: NVIDIA H200 / CPU Intel(R) Xeon(R) Processor, 1 thread"]
     assert "01-good seed 2" in q["meta"]["runs_machines"]["NVIDIA H200"]
     assert "seed pairs whose two runs were trained on different kinds of machine" in (study.out / "quality.md").read_text()
     # a resumed run's earlier attempt on another machine counts: seed 1's baseline began on the EPYC
@@ -2561,9 +2601,9 @@ def test_a_report_names_the_machines_its_runs_ran_on_and_warns_of_seed_pairs_spl
     rec["earlier_attempts"] = [{**rec["trained_with"], "cpu": "AMD EPYC"}]
     records[("00-transformer", 1)].write_text(json.dumps(rec))
     q = _main(qc, study, "--seeds", "1", "2", "3")
-    assert "01-good vs 00-transformer seed 1: CPU Intel(R) Xeon(R) Processor / CPU AMD EPYC + CPU Intel(R) " \
-           "Xeon(R) Processor" in q["meta"]["machine_split_pairs"]
+    assert "01-good vs 00-transformer seed 1: CPU Intel(R) Xeon(R) Processor, 1 thread / CPU AMD EPYC, 1 thread + " \
+           "CPU Intel(R) Xeon(R) Processor, 1 thread" in q["meta"]["machine_split_pairs"]
     # only this report's seeds count
     assert _main(qc, study, "--seeds", "1")["meta"]["machine_split_pairs"] == [
-        "01-good vs 00-transformer seed 1: CPU Intel(R) Xeon(R) Processor / CPU AMD EPYC + CPU Intel(R) "
-        "Xeon(R) Processor"]
+        "01-good vs 00-transformer seed 1: CPU Intel(R) Xeon(R) Processor, 1 thread / CPU AMD EPYC, 1 thread + "
+        "CPU Intel(R) Xeon(R) Processor, 1 thread"]
