@@ -564,9 +564,9 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
         *([f"- **warning: seed pairs whose two runs were trained on different kinds of machine** (their "
            f"paired difference includes the machine's): {'; '.join(meta['machine_split_pairs'])}."]
           if meta.get("machine_split_pairs") else []),
-        *([f"- {len(meta['runs_machine_unrecorded'])} run(s) whose kind of machine is not recorded (trained "
-           f"before the GPU was recorded, or on a GPU the probe could not name), left out of the machine "
-           f"checks: {', '.join(meta['runs_machine_unrecorded'])}."]
+        *([f"- {len(meta['runs_machine_unrecorded'])} run(s) with a training attempt whose kind of machine "
+           f"cannot be told (a GPU the probe could not name, or one GPU of a node of mixed models), left out "
+           f"of the machine checks: {', '.join(meta['runs_machine_unrecorded'])}."]
           if meta.get("runs_machine_unrecorded") else []),
         *([f"- {len(meta['runs_software_unrecorded'])} run(s) with no record of the software or GPU they were "
            f"trained with: {', '.join(meta['runs_software_unrecorded'])}."]
@@ -773,28 +773,30 @@ def _machine_of(attempt):
     """The kind of machine one training attempt ran on, as far as its floating-point order
     goes: its GPU model ("NAME (xN visible)" for an unpinned run on a node of several: a
     data-parallel training over all of them), or "CPU <model>, N thread(s)" for a CPU
-    training (the thread count splits sums differently). None where not recorded: a record
-    older than the "gpu" field, or a GPU the probe could not name."""
-    if "gpu" not in attempt:
-        return None
+    training (the thread count splits sums differently; a record from before the GPU was
+    recorded says so). None where it cannot be told: a GPU the probe could not name, a run
+    pinned to one GPU of a node of mixed models whose own model was not read."""
     gpu = attempt.get("gpu") or ""
     if ", this run on CUDA_VISIBLE_DEVICES=" in gpu:  # pinned to one GPU of the node's
         gpu = re.sub(r" \(x\d+ visible\)$", "", gpu.split(", this run on ")[0])
+        if " + " in gpu:
+            return None
     if gpu:
-        return None if gpu.startswith(_UNNAMED_GPU) else gpu
+        return None if any(part.startswith(_UNNAMED_GPU) for part in gpu.split(" + ")) else gpu
     if not attempt.get("cpu"):
         return None
     threads = attempt.get("threads")
-    return f"CPU {attempt['cpu']}, " + (f"{threads} thread{'s' if threads != 1 else ''}"
-                                        if isinstance(threads, int) else f"threads {threads}")
+    return (f"CPU {attempt['cpu']}, "
+            + (f"{threads} thread{'s' if threads != 1 else ''}" if isinstance(threads, int) else f"threads {threads}")
+            + ("" if "gpu" in attempt else " (GPU not recorded)"))
 
 
 def runs_by_machine(results, baselines):
     """({machine: ["CONFIG seed S", ...]} when the runs of ``results`` (every recorded
     attempt) span more than one kind of machine (``_machine_of``), else None; ["SYSTEM vs
     BASELINE seed S: MACHINES / MACHINES", ...] for the seed pairs whose two runs ran on
-    different kinds; ["CONFIG seed S", ...] with a recorded attempt but no kind of machine
-    in any). Floating-point order, and so a run's trajectory, differs between CPU and GPU
+    different kinds (of the attempts whose kind is known); ["CONFIG seed S", ...] with an
+    attempt whose kind cannot be told). Floating-point order, and so a run's trajectory, differs between CPU and GPU
     models: a seed-paired difference across two kinds of machine includes the machine's."""
     out, of_run, unknown = {}, {}, []
     for name in sorted(results):
@@ -804,7 +806,7 @@ def runs_by_machine(results, baselines):
             of_run[(name, seed)] = machines
             for machine in machines:
                 out.setdefault(machine, []).append(f"{name} seed {seed}")
-            if attempts and not machines:  # no attempt at all: listed as unrecorded software already
+            if any(_machine_of(a) is None for a in attempts):  # no attempt at all: listed as unrecorded software
                 unknown.append(f"{name} seed {seed}")
     split = [f"{n} vs {b} seed {s}: {' + '.join(of_run[(n, s)])} / {' + '.join(of_run[(b, s)])}"
              for n, b in sorted(baselines.items()) if b
@@ -814,12 +816,12 @@ def runs_by_machine(results, baselines):
 
 
 def _runs_in_short(runs):
-    """["CONFIG seed S", ...] as "CONFIG seeds S1 S2, CONFIG2 seeds ..." (in the order given)."""
+    """["CONFIG seed S", ...] as "CONFIG seeds S1, S2; CONFIG2 seeds ..." (in the order given)."""
     by_name = {}
     for run in runs:
         name, seed = run.rsplit(" seed ", 1)
         by_name.setdefault(name, []).append(seed)
-    return ", ".join(f"{n} seed{'s' if len(ss) > 1 else ''} {' '.join(ss)}" for n, ss in by_name.items())
+    return "; ".join(f"{n} seed{'s' if len(ss) > 1 else ''} {', '.join(ss)}" for n, ss in by_name.items())
 
 
 def data_fingerprint(data_bin):
@@ -977,6 +979,18 @@ class GpuSlots:
                 self.busy[device] -= 1
 
 
+def _default_threads():
+    """The intra-op threads a subprocess given no --threads trains with: OMP_NUM_THREADS where
+    the environment sets it (the subprocess inherits it), else torch's default (one per
+    physical core), as a number, so that it compares with a --threads N run."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    import torch
+
+    return torch.get_num_threads()
+
+
 def _run_provenance(threads, words=(), device=None, device_name=None):
     """Where and with what one training ran (written when it starts; a resumed training
     records where it was resumed): CPU floating-point order differs between machines and
@@ -995,9 +1009,7 @@ def _run_provenance(threads, words=(), device=None, device_name=None):
         # on a node of mixed GPUs, the pinned one's model, not the first visible one's
         where = f"this run on CUDA_VISIBLE_DEVICES={device} (one GPU per run)"
         gpu = f"{device_name}, {where}" if device_name else f"{gpu}, {where}"
-    # threads 0: the subprocesses' own default (torch: one per core)
-    return {"host": platform.node(), "cpu": cpu, "gpu": gpu,
-            "threads": threads or f"default ({os.cpu_count()} cores)",
+    return {"host": platform.node(), "cpu": cpu, "gpu": gpu, "threads": threads or _default_threads(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             **_software()}
 
@@ -1863,13 +1875,16 @@ def length_markdown(results, baselines, seeds):
         return [], {}
     signatures = sorted({results[n][s]["length"].get("chrf_signature") for n in results for s in measured[n]} - {None})
     lines = ["", "## Output length and chrF (final test translations)", "",
-             "BLEU = BP x BLEU without BP, the geometric mean of sacreBLEU's four n-gram precisions (in %). "
+             "BLEU = BP x BLEU without BP, the geometric mean of sacreBLEU's four n-gram precisions (in %; an "
+             "order with no match smoothed, as sacreBLEU does). "
              "Where outputs are shorter than the references (length ratio < 1, sacreBLEU's tokens) BP < 1 and "
              "BLEU moves with output length. Read the columns together, not as independent causes: a shorter "
              "output also tends to have higher precisions (fewer, surer words), so a BLEU-without-BP difference "
              "at a different length ratio is not a pure precision difference. chrF: sacreBLEU's character "
-             "n-gram F-score (β = 2: recall weighs twice precision, so it falls with output length too"
-             + (f"; {', '.join(signatures)}" if signatures else "") + "). Mean over the seeds with these "
+             "n-gram F-score (β = 2, weighted towards recall, so it also falls as outputs get shorter"
+             + (f"; {', '.join(signatures)}" if len(signatures) == 1 else
+                f"; **runs scored with different chrF signatures**: {', '.join(signatures)}" if signatures else "")
+             + "). Mean over the seeds with these "
              "figures (min-max); Δ rows: seed-paired mean difference system - baseline [95% t CI] (seeds "
              "higher / lower). Runs imported from a report that predates these figures have none.", "",
              ]

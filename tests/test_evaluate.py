@@ -63,7 +63,7 @@ def test_length_statistics_split_bleu_into_the_brevity_penalty_and_the_precision
 def test_bleu_without_bp_is_the_precisions_geometric_mean_when_short_and_when_empty():
     """Short and imperfect (BP < 1 and p_n < 1): BLEU without BP is exp(mean log p_n), with
     sacreBLEU's "exp" smoothing of a precision with no match (1 / (2 totals)); no output at
-    all (BP 0): 0, not undefined."""
+    all (BP 0): None (no precision to average), not a division by zero."""
     import math
 
     ref = ["a b c d e f g h"]
@@ -74,7 +74,7 @@ def test_bleu_without_bp_is_the_precisions_geometric_mean_when_short_and_when_em
     assert short["bleu_without_bp"] * short["bp"] == pytest.approx(score(["a b c x e f"], ref, "en")["bleu"], abs=0.02)
     empty = length_statistics([""], ref, "en")
     assert empty["bp"] == 0.0 and empty["sys_len"] == 0 and empty["ratio"] == 0.0
-    assert empty["bleu_without_bp"] == 0.0 and empty["chrf"] == 0.0
+    assert empty["bleu_without_bp"] is None and empty["chrf"] == 0.0
 
 
 # -- --paper: one table of settings, shared with the reproduction ------------------------------------

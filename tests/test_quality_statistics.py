@@ -2523,6 +2523,9 @@ def test_a_report_gives_output_length_and_chrf_per_run_and_seed_paired_and_impor
     assert q2["runs"]["01-good"]["2"]["length"] == q["runs"]["01-good"]["2"]["length"]
     old = json.loads(report.read_text())
     del old["runs"]["01-good"]["2"]["length"]
+    # figures written before the chrF signature was kept, and a run with no output (no BLEU without BP)
+    del old["runs"]["01-good"]["3"]["length"]["chrf_signature"]
+    old["runs"]["00-transformer"]["3"]["length"]["bleu_without_bp"] = None
     report.write_text(json.dumps(old))
     shutil.rmtree(study.out)
     _main(qc, study, "--import-runs", str(report))
@@ -2533,8 +2536,9 @@ def test_a_report_gives_output_length_and_chrf_per_run_and_seed_paired_and_impor
 def test_the_kind_of_machine_separates_thread_counts_and_unpinned_multi_gpu_runs_and_leaves_unnamed_ones_out(qc):
     """What splits a seed pair: a CPU run on 2 threads against one on 1 (sums split
     differently), an unpinned run on a node of 8 GPUs (data-parallel over all 8) against a
-    run pinned to one of them. What is not a kind of machine: a GPU the probe could not name,
-    a record from before the GPU was recorded; those runs are named, not compared."""
+    run pinned to one of them, a record from before the GPU was recorded against a CPU run.
+    What is not a kind of machine: a GPU the probe could not name, one GPU of a node of mixed
+    models whose own model was not read; those runs are named, not compared."""
     def rec(**trained_with):
         return {"trained_with": trained_with}
 
@@ -2542,23 +2546,41 @@ def test_the_kind_of_machine_separates_thread_counts_and_unpinned_multi_gpu_runs
     results = {
         "00-transformer": {1: rec(**epyc, threads=1), 2: rec(cpu="x", gpu="NVIDIA H200 (x8 visible)", threads=1),
                            3: rec(cpu="x", gpu="unknown (the GPU probe timed out)", threads=1),
-                           4: rec(cpu="AMD EPYC", threads=1)},
+                           4: rec(cpu="AMD EPYC", threads=1), 5: rec(**epyc, threads="default (2 cores)")},
         "01-good": {1: rec(**epyc, threads=2),
                     2: rec(cpu="x", gpu="NVIDIA H200 (x8 visible), this run on CUDA_VISIBLE_DEVICES=3 (one GPU per run)",
                            threads=1),
-                    3: rec(cpu="x", gpu="unnamed GPU (its name could not be read: RuntimeError)", threads=1),
-                    4: rec(**epyc, threads="default (2 cores)")}}
+                    3: rec(cpu="x", gpu="NVIDIA H200 + unnamed GPU (its name could not be read: RuntimeError) "
+                                        "(x2 visible)", threads=1),
+                    4: rec(**epyc, threads=1),
+                    5: rec(cpu="x", gpu="NVIDIA A100 + NVIDIA H200 (x8 visible), this run on CUDA_VISIBLE_DEVICES=2 "
+                                        "(one GPU per run)", threads=1)}}
     machines, split, unknown = qc.runs_by_machine(results, {"00-transformer": None, "01-good": "00-transformer"})
     assert split == ["01-good vs 00-transformer seed 1: CPU AMD EPYC, 2 threads / CPU AMD EPYC, 1 thread",
-                     "01-good vs 00-transformer seed 2: NVIDIA H200 / NVIDIA H200 (x8 visible)"]
-    assert unknown == ["00-transformer seed 3", "00-transformer seed 4", "01-good seed 3"]
-    assert machines == {"CPU AMD EPYC, 1 thread": ["00-transformer seed 1"],
+                     "01-good vs 00-transformer seed 2: NVIDIA H200 / NVIDIA H200 (x8 visible)",
+                     "01-good vs 00-transformer seed 4: CPU AMD EPYC, 1 thread / CPU AMD EPYC, 1 thread (GPU not "
+                     "recorded)"]
+    assert unknown == ["00-transformer seed 3", "01-good seed 3", "01-good seed 5"]
+    assert machines == {"CPU AMD EPYC, 1 thread": ["00-transformer seed 1", "01-good seed 4"],
+                        "CPU AMD EPYC, 1 thread (GPU not recorded)": ["00-transformer seed 4"],
                         "CPU AMD EPYC, 2 threads": ["01-good seed 1"],
-                        "CPU AMD EPYC, threads default (2 cores)": ["01-good seed 4"],
+                        "CPU AMD EPYC, threads default (2 cores)": ["00-transformer seed 5"],
                         "NVIDIA H200": ["01-good seed 2"], "NVIDIA H200 (x8 visible)": ["00-transformer seed 2"]}
     # one kind throughout: nothing listed, nothing split
     same = {name: {1: rec(**epyc, threads=1)} for name in ("00-transformer", "01-good")}
     assert qc.runs_by_machine(same, {"00-transformer": None, "01-good": "00-transformer"}) == (None, [], [])
+
+
+def test_a_run_without_threads_records_the_count_it_trains_with(qc, monkeypatch):
+    """No --threads: the subprocess inherits OMP_NUM_THREADS, else takes torch's default; the
+    record names that number, so that it compares with a --threads N run."""
+    import torch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert qc._run_provenance(0, ["--cpu"])["threads"] == 3
+    assert qc._run_provenance(2, ["--cpu"])["threads"] == 2
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert qc._run_provenance(0, ["--cpu"])["threads"] == torch.get_num_threads()
 
 
 def test_a_report_names_the_machines_its_runs_ran_on_and_warns_of_seed_pairs_split_across_them(qc, study):
@@ -2586,8 +2608,8 @@ def test_a_report_names_the_machines_its_runs_ran_on_and_warns_of_seed_pairs_spl
                                                      "01-good seed 1", "01-good seed 2"]}
     assert q["meta"]["machine_split_pairs"] is None
     md = (study.out / "quality.md").read_text()
-    assert ("  - CPU AMD EPYC, 1 thread: 00-transformer seed 3, 01-good seed 3\n"
-            "  - CPU Intel(R) Xeon(R) Processor, 1 thread: 00-transformer seeds 1 2, 01-good seeds 1 2\n") in md
+    assert ("  - CPU AMD EPYC, 1 thread: 00-transformer seed 3; 01-good seed 3\n"
+            "  - CPU Intel(R) Xeon(R) Processor, 1 thread: 00-transformer seeds 1, 2; 01-good seeds 1, 2\n") in md
     assert "different kinds of machine**" not in md
     # seed 2's system on a (pinned) GPU, its baseline on the CPU: a split pair
     edit(("01-good", 2), gpu="NVIDIA H200, this run on CUDA_VISIBLE_DEVICES=1 (one GPU per run)")
@@ -2603,6 +2625,11 @@ def test_a_report_names_the_machines_its_runs_ran_on_and_warns_of_seed_pairs_spl
     q = _main(qc, study, "--seeds", "1", "2", "3")
     assert "01-good vs 00-transformer seed 1: CPU Intel(R) Xeon(R) Processor, 1 thread / CPU AMD EPYC, 1 thread + " \
            "CPU Intel(R) Xeon(R) Processor, 1 thread" in q["meta"]["machine_split_pairs"]
+    # a GPU the probe could not name: the run is named, not compared
+    edit(("01-good", 3), gpu="unknown (the GPU probe timed out)")
+    q = _main(qc, study, "--seeds", "1", "2", "3")
+    assert q["meta"]["runs_machine_unrecorded"] == ["01-good seed 3"]
+    assert "1 run(s) with a training attempt whose kind of machine cannot be told" in (study.out / "quality.md").read_text()
     # only this report's seeds count
     assert _main(qc, study, "--seeds", "1")["meta"]["machine_split_pairs"] == [
         "01-good vs 00-transformer seed 1: CPU Intel(R) Xeon(R) Processor, 1 thread / CPU AMD EPYC, 1 thread + "

@@ -12,7 +12,6 @@
 * ``bleu_by_length``: BLEU of each source-length bucket of ``width`` words (0-9, 10-19,
   ...; Iida Tables 3-4, Yang Figure 5), sacreBLEU and tokenised.
 """
-import math
 import re
 from typing import Dict, List, Optional, Sequence
 
@@ -40,20 +39,17 @@ def score(hypotheses, references, tgt):
 def length_statistics(hypotheses, references, lang):
     """What corpus BLEU is made of, and chrF: the brevity penalty, output / reference length
     (sacreBLEU's tokens), sacreBLEU's n-gram precisions (in %), BLEU without its brevity
-    penalty (their geometric mean, as sacreBLEU takes it: BLEU = BP x that; 0 when a
-    precision is 0) and sacreBLEU's chrF (β = 2: recall weighs twice precision) with its
-    signature. The parts are not independent: a shorter output lowers BP and chrF and tends
+    penalty (their geometric mean, as sacreBLEU takes it, smoothing included: BLEU = BP x
+    that; None for no output at all) and sacreBLEU's chrF (β = 2, weighted towards recall)
+    with its signature. The parts are not independent: a shorter output lowers BP and chrF and tends
     to raise the precisions."""
     _, bleu = _corpus_bleu(hypotheses, references, lang)
     chrf_metric = sacrebleu.metrics.CHRF()
     chrf = chrf_metric.corpus_score(hypotheses, [references])
-    # from the precisions, not score / bp: defined when BP is 0 (no output) as well
-    precisions = bleu.precisions
-    without_bp = 100 * math.exp(sum(math.log(p / 100) for p in precisions) / len(precisions)) \
-        if min(precisions) > 0 else 0.0
     return {"bp": round(bleu.bp, 4), "ratio": round(bleu.sys_len / bleu.ref_len, 4) if bleu.ref_len else None,
-            "sys_len": bleu.sys_len, "ref_len": bleu.ref_len, "precisions": [round(x, 2) for x in precisions],
-            "bleu_without_bp": round(without_bp, 2), "chrf": round(chrf.score, 2),
+            "sys_len": bleu.sys_len, "ref_len": bleu.ref_len, "precisions": [round(x, 2) for x in bleu.precisions],
+            # no output (BP 0): no n-gram, no precision to average
+            "bleu_without_bp": round(bleu.score / bleu.bp, 2) if bleu.sys_len else None, "chrf": round(chrf.score, 2),
             "chrf_signature": str(chrf_metric.get_signature())}
 
 
