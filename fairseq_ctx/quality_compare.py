@@ -796,17 +796,18 @@ def runs_by_machine(results, baselines):
     attempt) span more than one kind of machine (``_machine_of``), else None; ["SYSTEM vs
     BASELINE seed S: MACHINES / MACHINES", ...] for the seed pairs whose two runs ran on
     different kinds (of the attempts whose kind is known); ["CONFIG seed S", ...] with an
-    attempt whose kind cannot be told). Floating-point order, and so a run's trajectory, differs between CPU and GPU
-    models: a seed-paired difference across two kinds of machine includes the machine's."""
+    attempt whose kind cannot be told). Floating-point order, and so a run's trajectory,
+    differs between CPU and GPU models: a seed-paired difference across two kinds of machine
+    includes the machine's."""
     out, of_run, unknown = {}, {}, []
     for name in sorted(results):
         for seed, rec in sorted(results[name].items()):
-            attempts = _recorded_attempts(rec)
-            machines = sorted({m for m in map(_machine_of, attempts) if m})
+            kinds = [_machine_of(a) for a in _recorded_attempts(rec)]
+            machines = sorted(set(kinds) - {None})
             of_run[(name, seed)] = machines
             for machine in machines:
                 out.setdefault(machine, []).append(f"{name} seed {seed}")
-            if any(_machine_of(a) is None for a in attempts):  # no attempt at all: listed as unrecorded software
+            if None in kinds:  # (a run with no recorded attempt is named as unrecorded software instead)
                 unknown.append(f"{name} seed {seed}")
     split = [f"{n} vs {b} seed {s}: {' + '.join(of_run[(n, s)])} / {' + '.join(of_run[(b, s)])}"
              for n, b in sorted(baselines.items()) if b

@@ -41,8 +41,8 @@ def length_statistics(hypotheses, references, lang):
     (sacreBLEU's tokens), sacreBLEU's n-gram precisions (in %), BLEU without its brevity
     penalty (their geometric mean, as sacreBLEU takes it, smoothing included: BLEU = BP x
     that; None for no output at all) and sacreBLEU's chrF (β = 2, weighted towards recall)
-    with its signature. The parts are not independent: a shorter output lowers BP and chrF and tends
-    to raise the precisions."""
+    with its signature. The parts are not independent: a shorter output lowers BP and chrF
+    and tends to raise the precisions."""
     _, bleu = _corpus_bleu(hypotheses, references, lang)
     chrf_metric = sacrebleu.metrics.CHRF()
     chrf = chrf_metric.corpus_score(hypotheses, [references])
