@@ -740,17 +740,22 @@ SOFTWARE_OF_A_RUN = ("torch", "fairseq", "sacrebleu", "python")
 def runs_by_software(results, this_software, this_gpu):
     """({"torch X, fairseq Y, sacrebleu Z, python P, on GPU G" (or ", no GPU"): ["CONFIG seed S",
     ...]} over every attempt of every run (trained_with and the earlier attempts a resumed
-    training continued), or None when every attempt names this process's versions and
-    ``this_gpu``; ["CONFIG seed S", ...] with no record). The versions in a report's meta are
+    training continued), or None when every attempt names this process's versions and the
+    model of ``this_gpu`` (one of its models on a node of mixed GPUs: a run pinned to one of
+    them); ["CONFIG seed S", ...] with no record). The versions in a report's meta are
     those of the process writing it: for runs reused or imported from another machine (a GPU
     lease whose report is assembled on a CPU) they are not what trained them."""
     def describe(versions, gpu):
         return ", ".join(f"{k} {v}" for k, v in zip(SOFTWARE_OF_A_RUN, versions)) + (
             f", on {gpu}" if gpu else ", no GPU")
 
-    # a node with several GPUs reads "NAME (xN visible)"; its runs, one GPU each, "NAME"
-    this_gpu = re.sub(r" \(x\d+ visible\)$", "", this_gpu) if this_gpu else this_gpu
-    here = describe(tuple(this_software.get(k) for k in SOFTWARE_OF_A_RUN), this_gpu)
+    this_model = _gpu_model(this_gpu)
+    here = describe(tuple(this_software.get(k) for k in SOFTWARE_OF_A_RUN), this_model)
+
+    def model_of(attempt):
+        model = _gpu_model(attempt.get("gpu"))
+        return this_model if model and this_model and model in this_model.split(" + ") else model
+
     out, unrecorded = {}, []
     for name in sorted(results):
         for seed, rec in sorted(results[name].items()):
@@ -758,11 +763,19 @@ def runs_by_software(results, this_software, this_gpu):
             if not attempts:
                 unrecorded.append(f"{name} seed {seed}")
             for attempt in attempts:
-                gpu = (attempt.get("gpu") or "").split(", this run on ")[0] or None  # the model, not the pinning
-                runs = out.setdefault(describe(tuple(attempt.get(k) for k in SOFTWARE_OF_A_RUN), gpu), [])
+                runs = out.setdefault(describe(tuple(attempt.get(k) for k in SOFTWARE_OF_A_RUN), model_of(attempt)), [])
                 if f"{name} seed {seed}" not in runs:
                     runs.append(f"{name} seed {seed}")
     return (out if set(out) - {here} else None), unrecorded
+
+
+def _gpu_model(gpu):
+    """The GPU model(s) of a recorded GPU string (a run's or this process's), without how
+    many were visible or which one a run was pinned to; None for none. Which hardware, not
+    how a training used it (that is ``_machine_of``'s)."""
+    if not gpu:
+        return None
+    return re.sub(r" \(x\d+ visible\)$", "", gpu.split(", this run on ")[0]) or None
 
 
 # what the GPU probe records where it could not name the GPU (see _ask_for_gpus)
@@ -778,7 +791,7 @@ def _machine_of(attempt):
     pinned to one GPU of a node of mixed models whose own model was not read."""
     gpu = attempt.get("gpu") or ""
     if ", this run on CUDA_VISIBLE_DEVICES=" in gpu:  # pinned to one GPU of the node's
-        gpu = re.sub(r" \(x\d+ visible\)$", "", gpu.split(", this run on ")[0])
+        gpu = _gpu_model(gpu) or ""
         if " + " in gpu:
             return None
     if gpu:

@@ -2467,6 +2467,21 @@ def test_a_report_names_the_software_its_runs_were_trained_with_where_it_is_not_
     assert _main(qc, study, "--seeds", "1", "2")["meta"]["runs_software"] is None
     monkeypatch.setattr(qc, "_visible_gpu", lambda: "NVIDIA H200 (x8 visible)")  # a node of 8
     assert _main(qc, study, "--seeds", "1", "2")["meta"]["runs_software"] is None
+    # on that node: runs data-parallel over all 8, and runs pinned to one whose own model was
+    # not read, are on the same hardware as this process
+    for gpu in ("NVIDIA H200 (x8 visible)",
+                "NVIDIA H200 (x8 visible), this run on CUDA_VISIBLE_DEVICES=5 (one GPU per run)"):
+        for key in records:
+            edit(key, gpu=gpu)
+        assert _main(qc, study, "--seeds", "1", "2")["meta"]["runs_software"] is None, gpu
+    # on a node of mixed GPUs, runs pinned to either model are on this process's hardware
+    monkeypatch.setattr(qc, "_visible_gpu", lambda: "NVIDIA A100 + NVIDIA H200 (x2 visible)")
+    assert _main(qc, study, "--seeds", "1", "2")["meta"]["runs_software"] is None
+    edit(("01-good", 1), gpu="NVIDIA L4, this run on CUDA_VISIBLE_DEVICES=1 (one GPU per run)")
+    assert _main(qc, study, "--seeds", "1", "2")["meta"]["runs_software"][here + ", on NVIDIA L4"] == ["01-good seed 1"]
+    edit(("01-good", 1), gpu=gpu)
+    monkeypatch.setattr(qc, "_visible_gpu", lambda: None)
+    assert list(_main(qc, study, "--seeds", "1", "2")["meta"]["runs_software"]) == [here + ", on NVIDIA H200"]
     # a run with no record is listed as such
     rec = json.loads(original[("00-transformer", 2)])
     del rec["trained_with"]
