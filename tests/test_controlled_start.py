@@ -262,6 +262,7 @@ MECHANISM_OPTIONS = {
     "--freeze-context-projection",
     "--routing-side", "--routing-vertical", "--no-routing-vertical", "--routing-horizontal", "--no-routing-horizontal",
     "--routing-init", "--routing-iters", "--routing-ramp-updates", "--routing-stop-gradient",
+    "--routing-stop-gradient-updates",
     "--sentential-global", "--sentential-deep", "--sentential-g0",
     "--attention-heads", "--attention-hops", "--hop-mode", "--hop-learned-score-vector",
     "--encoder-extra-ffn-units",
@@ -446,6 +447,7 @@ def test_fairseq_train_cli_builds_stock_identical_starts(tmp_path):
 @pytest.mark.parametrize("arch,paper,arm", [
     ("transformer_cross_agg", [], ["--routing-ramp-updates", "200"]),
     ("transformer_cross_agg", ["--routing-side", "both"], ["--routing-stop-gradient"]),
+    ("transformer_cross_agg", [], ["--routing-stop-gradient-updates", "800"]),
     ("transformer_cross_agg", [], ["--routing-iters", "1"]),
     ("transformer_sentential", [], ["--sentential-g0", "no_dropout"]),
     ("transformer_context_aware", [], ["--context-init", "glorot"]),  # the default is gate_half

@@ -32,3 +32,21 @@ def test_cli_ramp_counter_is_saved_and_reloaded_by_fairseqs_loader(tiny_data_bin
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task([checkpoint])
     factors = {m.ramp_factor for m in models[0].modules() if hasattr(m, "ramp_updates")}
     assert factors == {1.0}
+
+
+def test_cli_gradient_stopped_for_the_first_updates_is_the_stopped_run_continued_as_eq9(tiny_data_bin, tmp_path):
+    """fairseq-train with --routing-stop-gradient-updates 2 for 3 updates is, bit for bit, a run
+    with --routing-stop-gradient for 2 updates resumed for a third without it (Eq. 9's gradient):
+    the switch follows fairseq's own update count, at the update it names."""
+    def train(save_dir, max_update, *options):
+        run(fairseq_cli("train", str(tiny_data_bin), "--user-dir", USER_DIR, *TRAIN_DEFAULTS, "--arch",
+                        "transformer_cross_agg", *TINY, *options, "--max-update", str(max_update),
+                        "--save-dir", str(save_dir)))
+        return torch.load(save_dir / "checkpoint_last.pt", weights_only=False)["model"]
+
+    switched = train(tmp_path / "switched", 3, "--routing-stop-gradient-updates", "2")
+    train(tmp_path / "reference", 2, "--routing-stop-gradient")
+    reference = train(tmp_path / "reference", 3)
+    assert switched.keys() == reference.keys()
+    for name, value in reference.items():
+        assert torch.equal(switched[name], value), name

@@ -125,3 +125,38 @@ def test_decoder_side_incremental_and_reorder_still_hold():
     model.set_num_updates(2)
     assert_incremental_matches_full(model)
     assert_reorder_consistent(model)
+
+
+def test_gradient_is_stopped_for_the_first_n_updates_only():
+    """--routing-stop-gradient-updates N: the update with u updates done before it (fairseq's
+    set_num_updates) routes detached logits while u < N, and trains Eq. 9 as written from u = N."""
+    x = inputs()
+    default_out, default = gradients(attention(False), x)
+    _, stopped = gradients(attention(True), x)
+    torch.manual_seed(0)
+    module = CrossAggregationMultiheadAttention(
+        DIM, HEADS, self_attention=True,
+        routing=dict(vertical=True, horizontal=True, init="self", iters=3, causal=False, stop_gradient_updates=3),
+    ).eval()
+    with torch.no_grad():
+        module.cross_aggregation.head_weight.weight.normal_(std=0.1, generator=torch.Generator().manual_seed(4))
+    for updates, expected in ((None, stopped), (0, stopped), (2, stopped), (3, default), (40, default), (1, stopped)):
+        if updates is not None:
+            module.cross_aggregation.set_num_updates(updates)  # what BaseFairseqModel.set_num_updates reaches
+        out, grads = gradients(module, x)
+        assert torch.equal(out, default_out), updates  # forward values never change
+        for name in ("q_proj.weight", "k_proj.weight"):
+            assert torch.equal(grads[name], expected[name]), (updates, name)
+
+
+def test_stop_gradient_for_n_updates_and_for_the_whole_run_exclude_each_other():
+    with pytest.raises(ValueError, match="--routing-stop-gradient-updates must be >= 0"):
+        build_tiny("--routing-stop-gradient-updates", "-1")
+    with pytest.raises(ValueError, match="give one of them"):
+        build_tiny("--routing-stop-gradient", "--routing-stop-gradient-updates", "5")
+    with pytest.raises(ValueError, match="stop_gradient_updates must be >= 0"):
+        CrossAggregation(4, stop_gradient_updates=-2)
+    model = build_tiny("--routing-side", "both", "--routing-stop-gradient-updates", "5")
+    assert {a.cross_aggregation.stop_gradient_updates for a in routed_attentions(model)} == {5}
+    # nothing is added to the state dict: a checkpoint loads into the paper's model
+    assert sorted(model.state_dict()) == sorted(build_tiny("--routing-side", "both").state_dict())

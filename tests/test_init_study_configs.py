@@ -70,6 +70,9 @@ ARMS = {
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
     "08-cross_agg-stop_gradient": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-stop-gradient"]),
+    # the gradient through the routing stopped for the first 800 updates only (the early cost)
+    "23-cross_agg-stop_gradient_first800": ("05-cross_agg-paper", "08-transformer_cross_agg",
+                                            ["--routing-stop-gradient-updates", "800"]),
     "09-sentential-paper": ("09-sentential-paper", "07-transformer_sentential", []),  # default g0: after dropout
     "10-sentential-g0_no_dropout": ("09-sentential-paper", "07-transformer_sentential", ["--sentential-g0", "no_dropout"]),
     # the capacity control: the transformer with 02's added parameter count as extra encoder FFN units
@@ -130,8 +133,9 @@ def test_config_builds(name):
     if "cross_agg" in name:
         routers = [m for m in model.modules() if hasattr(m, "ramp_updates")]
         assert len(routers) == 3
-        assert {(r.iters, r.ramp_updates, r.stop_gradient) for r in routers} == {
-            (parsed.routing_iters, parsed.routing_ramp_updates, parsed.routing_stop_gradient)}
+        assert {(r.iters, r.ramp_updates, r.stop_gradient, r.stop_gradient_updates) for r in routers} == {
+            (parsed.routing_iters, parsed.routing_ramp_updates, parsed.routing_stop_gradient,
+             parsed.routing_stop_gradient_updates)}
     if "sentential" in name:
         assert model.encoder.g0_without_dropout == (parsed.sentential_g0 == "no_dropout")
     if "context_aware" in name:

@@ -9,7 +9,8 @@ Initialisation-study options (issue 15; not in the paper, off by default):
 ``--routing-ramp-updates N`` ramps the routed term in, E^ = E + r(u)(Omega^v + Omega^h)
 with r(u) = min(1, u/N) after u updates (Eq. 9 exactly from update N on);
 ``--routing-stop-gradient`` (diagnostic) routes detached logits, so Q / K get no gradient
-through the routing. Both live in ``CrossAggregation``; see docs/notes/transformer_cross_agg.md.
+through the routing; ``--routing-stop-gradient-updates N`` does so for the first N updates
+only. All live in ``CrossAggregation``; see docs/notes/transformer_cross_agg.md.
 """
 import argparse
 from typing import Dict, Optional, Tuple
@@ -137,6 +138,7 @@ def routing_options(cfg, causal: bool) -> Dict:
         causal=causal,
         ramp_updates=cfg.routing_ramp_updates,
         stop_gradient=cfg.routing_stop_gradient,
+        stop_gradient_updates=cfg.routing_stop_gradient_updates,
     )
 
 
@@ -214,6 +216,15 @@ def validate_routing_args(args) -> None:
         raise ValueError(
             f"--routing-ramp-updates must be >= 0 (0 = no ramp, Eq. 9 as written), got {args.routing_ramp_updates}"
         )
+    if args.routing_stop_gradient_updates < 0:
+        raise ValueError(
+            f"--routing-stop-gradient-updates must be >= 0 (0 = off), got {args.routing_stop_gradient_updates}"
+        )
+    if args.routing_stop_gradient and args.routing_stop_gradient_updates:
+        raise ValueError(
+            "--routing-stop-gradient stops the gradient through the routing for the whole run, "
+            "--routing-stop-gradient-updates N for the first N updates only; give one of them"
+        )
     if not (args.routing_vertical or args.routing_horizontal):
         raise ValueError(
             "--no-routing-vertical together with --no-routing-horizontal leaves nothing to route; "
@@ -247,7 +258,8 @@ class TransformerCrossAggModel(TransformerModel):
     Initialisation-study options (not in the paper, off by default):
     ``--routing-ramp-updates N``: Eq. 9 with the routed term scaled by min(1, u/N) after u
     updates (fairseq's ``set_num_updates``; u is kept in the state dict);
-    ``--routing-stop-gradient``: diagnostic, the routing reads detached logits."""
+    ``--routing-stop-gradient``: diagnostic, the routing reads detached logits;
+    ``--routing-stop-gradient-updates N``: the same for the first N updates only."""
 
     @classmethod
     def add_args(cls, parser):
@@ -280,6 +292,11 @@ class TransformerCrossAggModel(TransformerModel):
             "--routing-stop-gradient", action="store_true", default=None,
             help="diagnostic (not in the paper): the routing reads the logits detached, so "
             "Q / K get no gradient through Omega^v + Omega^h; forward values unchanged",
+        )
+        parser.add_argument(
+            "--routing-stop-gradient-updates", type=int, metavar="N",
+            help="diagnostic (not in the paper): as --routing-stop-gradient for the first N "
+            "updates only, then the gradient flows through the routing as in Eq. 9; 0 (default) = off",
         )
 
     @classmethod
@@ -314,6 +331,7 @@ def cross_agg_defaults(args):
         # initialisation-study options, off (also for checkpoints written before them)
         ("routing_ramp_updates", 0),
         ("routing_stop_gradient", False),
+        ("routing_stop_gradient_updates", 0),
     ):
         if getattr(args, name, None) is None:
             setattr(args, name, default)

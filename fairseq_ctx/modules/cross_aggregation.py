@@ -41,6 +41,9 @@ Initialisation-study options (issue 15; the paper has neither):
   routes with the factor it was trained with last (see ``set_num_updates``).
 * ``stop_gradient``: the routing reads the logits detached. Forward values are unchanged;
   the gradient reaches Q / K through E only, not through the routed term (diagnostic).
+* ``stop_gradient_updates`` N > 0: the same, for the first N updates only (u < N, u from
+  ``set_num_updates``); from update N on the gradient flows as in Eq. 9 as written. A
+  diagnostic of the early cost alone: ``stop_gradient`` changes the whole run.
 """
 from typing import Dict, Optional, Tuple
 
@@ -155,6 +158,8 @@ class CrossAggregation(nn.Module):
         ramp_updates: N; 0 = off (Eq. 9 as written). N > 0: the routed term is scaled by
             r(u) = min(1, u/N), u = the updates so far (``set_num_updates``).
         stop_gradient: route detached logits (no gradient through the routing into E).
+        stop_gradient_updates: N; 0 = off. N > 0: route detached logits while u < N
+            (``set_num_updates``), then as Eq. 9 (gradient through the routing).
     """
 
     def __init__(
@@ -167,6 +172,7 @@ class CrossAggregation(nn.Module):
         causal: bool = False,
         ramp_updates: int = 0,
         stop_gradient: bool = False,
+        stop_gradient_updates: int = 0,
     ):
         super().__init__()
         if init not in ROUTING_INITS:
@@ -179,6 +185,11 @@ class CrossAggregation(nn.Module):
             raise ValueError("init='self' (Eq. 15) initialises the horizontal routing; it needs horizontal=True")
         if ramp_updates < 0:
             raise ValueError(f"ramp_updates must be >= 0 (0 = no ramp), got {ramp_updates}")
+        if stop_gradient_updates < 0:
+            raise ValueError(f"stop_gradient_updates must be >= 0 (0 = off), got {stop_gradient_updates}")
+        if stop_gradient and stop_gradient_updates:
+            raise ValueError("stop_gradient stops the gradient for the whole run; stop_gradient_updates "
+                             "for the first N updates only: give one of them")
         self.num_heads = num_heads
         self.vertical = vertical
         self.horizontal = horizontal
@@ -187,6 +198,9 @@ class CrossAggregation(nn.Module):
         self.causal = causal
         self.ramp_updates = ramp_updates
         self.stop_gradient = stop_gradient
+        self.stop_gradient_updates = stop_gradient_updates
+        # whether this update's forward routes detached logits: u = 0 until set_num_updates
+        self._detach_logits = stop_gradient or stop_gradient_updates > 0
         # r(u) of the ramp, a Python float derived from the buffer ``num_updates`` (u): it is
         # read at every forward, and reading a GPU buffer would synchronise the device.
         self._ramp_factor = 1.0
@@ -214,6 +228,8 @@ class CrossAggregation(nn.Module):
             text += f", ramp_updates={self.ramp_updates}"
         if self.stop_gradient:
             text += ", stop_gradient=True"
+        if self.stop_gradient_updates:
+            text += f", stop_gradient_updates={self.stop_gradient_updates}"
         return text
 
     @property
@@ -232,7 +248,13 @@ class CrossAggregation(nn.Module):
         ``load_state_dict``, which then restores the persisted u. A checkpoint saved after
         U updates holds u = U - 1, the count its last training step used, so a reloaded
         model computes exactly the function the trainer saved (and validated); past
-        N + 1 updates that is r = 1, the paper's Eq. 9."""
+        N + 1 updates that is r = 1, the paper's Eq. 9.
+
+        With ``stop_gradient_updates`` N, the update with u updates done before it routes
+        detached logits while u < N (forward values are the same either way, so a reloaded
+        model needs no persisted u for this)."""
+        if self.stop_gradient_updates > 0:
+            self._detach_logits = int(num_updates) < self.stop_gradient_updates
         if self.ramp_updates > 0:
             self.num_updates.fill_(int(num_updates))
             self._update_ramp_factor(int(num_updates))
@@ -264,7 +286,7 @@ class CrossAggregation(nn.Module):
         if state and not self.causal:
             raise ValueError("an incremental routing state needs causal=True")
         bsz, heads, num_queries, num_keys = logits.shape
-        if self.stop_gradient:
+        if self._detach_logits:
             # diagnostic: the routing sees E as a constant, so Q / K get their gradient
             # through E in Eq. 9 only, not through Omega^v + Omega^h (same forward values)
             logits = logits.detach()
