@@ -58,6 +58,11 @@ training data generalises worse. Finished runs are measured from their kept chec
 (``--keep-checkpoints``), never trained again for it; a failed measurement keeps the run's
 scores and checkpoints (a rerun measures them).
 
+Before anything trains, every config's model is built as fairseq-train would build it
+(fairseq's training parser, the data's dictionaries, ``--max-update UPDATES``; on the meta
+device, seconds): a config fairseq-train would reject stops the comparison with one error
+naming it and its reason, before the first training.
+
 Finished runs and finished curve points (same settings) are not redone, so an
 interrupted comparison resumes (an out-dir holds the runs of one data set and direction,
 recorded in OUT_DIR/data.json: other data is refused, not scored as if the same; a run that
@@ -292,6 +297,33 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
             log.write(f"[quality] {message}\n")
         print(f"[quality] {save_dir}: {message}", flush=True)
     return time.time() - t0
+
+
+def build_errors(configs, common, data_bin, updates, langs):
+    """{config: the error fairseq-train would stop with while building its model}, found
+    before anything trains: each config's training options (as ``train`` passes them, with
+    ``--max-update UPDATES``) parsed by fairseq's training parser and the model built by the
+    translation task on DATA_BIN's dictionaries, on the meta device (shapes only: no
+    weights, seconds for a whole study). A bad option in the fifth arm then stops the
+    comparison at its start, not hours in."""
+    import torch
+    from fairseq import tasks
+
+    from .reproduce.params import parse_training_args
+
+    errors = {}
+    for name, arch_args in sorted(configs.items()):
+        argv = [data_bin, "--user-dir", PACKAGE_DIR, *common, *arch_args, "--max-update", str(updates),
+                "--seed", "1", "--source-lang", langs[0], "--target-lang", langs[1]]
+        try:
+            args = parse_training_args(argv)
+            task = tasks.setup_task(args)
+            with torch.device("meta"):
+                task.build_model(args)
+        except Exception as error:  # noqa: BLE001  (whatever stops fairseq-train: say which config, and why)
+            text = str(error).strip().splitlines()
+            errors[name] = f"{type(error).__name__}: {text[0] if text else ''}"[:600]
+    return errors
 
 
 def evaluate(data_bin, ckpt, ref, beam, out_dir, src="zh", tgt="en", gen_args=(), subset="test", extra_env=None):
@@ -2173,6 +2205,11 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
             p.error(f"--import-runs {path}: trained on other data than {data_bin} (SHA-256 of its dictionaries "
                     "and binarised splits differ)")
 
+    if train_fn is train:  # the real fairseq-train (tests pass stand-ins for fake architectures)
+        errors = build_errors(configs, common, data_bin, a.updates, (a.src, a.tgt))
+        if errors:
+            p.error("fairseq-train would stop building these configs' models (nothing was trained):\n"
+                    + "\n".join(f"  {name}: {error}" for name, error in errors.items()))
     if curve_updates:
         g = curve_interval(curve_updates)
         print(f"[quality] learning curve at {', '.join(map(str, curve_updates + [a.updates]))} updates: "

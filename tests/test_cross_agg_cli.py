@@ -50,3 +50,7 @@ def test_cli_gradient_stopped_for_the_first_updates_is_the_stopped_run_continued
     assert switched.keys() == reference.keys()
     for name, value in reference.items():
         assert torch.equal(switched[name], value), name
+    # and the stop did something inside fairseq-train: Eq. 9 throughout trains other weights
+    plain = train(tmp_path / "plain", 3)
+    assert not torch.equal(plain["encoder.layers.0.self_attn.q_proj.weight"],
+                           reference["encoder.layers.0.self_attn.q_proj.weight"])

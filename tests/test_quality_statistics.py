@@ -15,6 +15,7 @@
 import argparse
 import contextlib
 import copy
+import io
 import itertools
 import json
 import math
@@ -2649,3 +2650,33 @@ def test_a_report_names_the_machines_its_runs_ran_on_and_warns_of_seed_pairs_spl
     assert _main(qc, study, "--seeds", "1")["meta"]["machine_split_pairs"] == [
         "01-good vs 00-transformer seed 1: CPU Intel(R) Xeon(R) Processor, 1 thread / CPU AMD EPYC, 1 thread + "
         "CPU Intel(R) Xeon(R) Processor, 1 thread"]
+
+
+def test_a_config_fairseq_train_would_reject_stops_the_comparison_before_any_training(qc, tiny_corpus, tmp_path):
+    """Every config's model is built (fairseq's parser, the data's dictionaries, the run's
+    --max-update) before the first training: a bad option in one arm is one error naming it,
+    not a failure after the other arms have trained."""
+    cfg = _tiny_config_dir(tmp_path / "configs", "--max-tokens 400")
+    dims = (cfg / "00-transformer.args").read_text().split()[2:]
+    (cfg / "01-cross_agg-bad_iters.args").write_text(
+        " ".join(["--arch", "transformer_cross_agg", *dims, "--routing-iters", "0"]) + "\n")
+    (cfg / "02-cross_agg-stopped_past_the_budget.args").write_text(
+        " ".join(["--arch", "transformer_cross_agg", *dims, "--routing-stop-gradient-updates", "30"]) + "\n")
+    (cfg / "03-unknown_option.args").write_text(" ".join(["--arch", "transformer", *dims, "--no-such-option"]) + "\n")
+    (cfg / "04-cross_agg-good.args").write_text(
+        " ".join(["--arch", "transformer_cross_agg", *dims, "--routing-stop-gradient-updates", "29"]) + "\n")
+    out = tmp_path / "out"
+    argv = ["--data-dir", str(tiny_corpus), "--config-dir", str(cfg), "--seeds", "1", "--updates", "30",
+            "--out-dir", str(out), "--threads", "1"]
+    with pytest.raises(SystemExit) as exit_info:
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            qc.main(argv)
+    assert exit_info.value.code == 2
+    message = err.getvalue()
+    assert "nothing was trained" in message
+    assert "01-cross_agg-bad_iters: ValueError: --routing-iters must be >= 1, got 0" in message
+    assert "02-cross_agg-stopped_past_the_budget: ValueError: --routing-stop-gradient-updates 30" in message
+    assert re.search(r"03-unknown_option: ValueError: fairseq could not parse .*--no-such-option", message)
+    assert "00-transformer" not in message.split("nothing was trained")[1]
+    assert "04-cross_agg-good" not in message
+    assert not out.exists()

@@ -220,6 +220,14 @@ def validate_routing_args(args) -> None:
         raise ValueError(
             f"--routing-stop-gradient-updates must be >= 0 (0 = off), got {args.routing_stop_gradient_updates}"
         )
+    max_update = getattr(args, "max_update", 0) or 0
+    if args.routing_stop_gradient_updates and 0 < max_update <= args.routing_stop_gradient_updates:
+        # every update would route detached logits: the run would be --routing-stop-gradient's
+        raise ValueError(
+            f"--routing-stop-gradient-updates {args.routing_stop_gradient_updates} stops the gradient through the "
+            f"routing for every one of the run's --max-update {max_update} updates; use --routing-stop-gradient "
+            "for that, or a smaller N"
+        )
     if args.routing_stop_gradient and args.routing_stop_gradient_updates:
         raise ValueError(
             "--routing-stop-gradient stops the gradient through the routing for the whole run, "

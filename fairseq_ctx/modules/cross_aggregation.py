@@ -42,8 +42,13 @@ Initialisation-study options (issue 15; the paper has neither):
 * ``stop_gradient``: the routing reads the logits detached. Forward values are unchanged;
   the gradient reaches Q / K through E only, not through the routed term (diagnostic).
 * ``stop_gradient_updates`` N > 0: the same, for the first N updates only (u < N, u from
-  ``set_num_updates``); from update N on the gradient flows as in Eq. 9 as written. A
-  diagnostic of the early cost alone: ``stop_gradient`` changes the whole run.
+  ``set_num_updates``: optimizer updates, so with --update-freq k or k GPUs N updates are k
+  times the batches); from update N on the gradient flows as in Eq. 9 as written. A
+  diagnostic of the early cost alone: ``stop_gradient`` changes the whole run. u is 0 until
+  ``set_num_updates`` is called, so a training loop of one's own that never calls it trains
+  with the gradient stopped throughout; a fairseq run restarted with --reset-optimizer (or
+  --finetune-from-model) counts u from 0 again and so stops it for N more updates (as the
+  ramp restarts). Combines with ``ramp_updates`` (each follows u).
 """
 from typing import Dict, Optional, Tuple
 
