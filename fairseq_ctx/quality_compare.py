@@ -58,10 +58,10 @@ training data generalises worse. Finished runs are measured from their kept chec
 (``--keep-checkpoints``), never trained again for it; a failed measurement keeps the run's
 scores and checkpoints (a rerun measures them).
 
-Before anything trains, every config's model is built as fairseq-train would build it
-(fairseq's training parser, the data's dictionaries, ``--max-update UPDATES``; on the meta
-device, seconds): a config fairseq-train would reject stops the comparison with one error
-naming it and its reason, before the first training.
+Before anything trains, the model of every config with a run left to train or score is
+built as fairseq-train would build it (fairseq's training parser, the data's dictionaries,
+``--max-update UPDATES``; on the meta device, seconds): a config fairseq-train would reject
+stops the comparison with one error naming it and its reason, before the first training.
 
 Finished runs and finished curve points (same settings) are not redone, so an
 interrupted comparison resumes (an out-dir holds the runs of one data set and direction,
@@ -299,13 +299,16 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
     return time.time() - t0
 
 
-def build_errors(configs, common, data_bin, updates, langs):
+def build_errors(configs, common, data_bin, updates, langs, log=print):
     """{config: the error fairseq-train would stop with while building its model}, found
     before anything trains: each config's training options (as ``train`` passes them, with
     ``--max-update UPDATES``) parsed by fairseq's training parser and the model built by the
     translation task on DATA_BIN's dictionaries, on the meta device (shapes only: no
     weights, seconds for a whole study). A bad option in the fifth arm then stops the
-    comparison at its start, not hours in."""
+    comparison at its start, not hours in. A config with its own ``--user-dir`` is not
+    checked (said in the log): this process has the plugin imported already, and a second
+    copy of it cannot be imported beside it. The optimizer and criterion are not built:
+    their options are the common ones, which the first training checks within seconds."""
     import torch
     from fairseq import tasks
 
@@ -313,6 +316,9 @@ def build_errors(configs, common, data_bin, updates, langs):
 
     errors = {}
     for name, arch_args in sorted(configs.items()):
+        if "--user-dir" in arch_args or "--user-dir" in common:
+            log(f"[quality] {name}: not built before training (it sets its own --user-dir)")
+            continue
         argv = [data_bin, "--user-dir", PACKAGE_DIR, *common, *arch_args, "--max-update", str(updates),
                 "--seed", "1", "--source-lang", langs[0], "--target-lang", langs[1]]
         try:
@@ -1207,6 +1213,14 @@ class ImportedRunMismatch(ValueError):
     """An --import-runs record that does not fit this comparison."""
 
 
+class ConfigBuildErrors(ValueError):
+    """Configs whose models fairseq-train would not build (``build_errors``), found before any training."""
+
+    def __init__(self, errors):
+        super().__init__("; ".join(f"{name}: {why}" for name, why in errors.items()))
+        self.errors = errors
+
+
 class RunFailed(RuntimeError):
     """One run's training or scoring failed (``cause``: the error, with the log's tail)."""
 
@@ -1283,7 +1297,7 @@ def _lock_reports(out_dir, paths):
 def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam=5,
         threads=0, gen_args=(), train_fn=train, eval_fn=evaluate, log=print, jobs=1,
         curve_updates=(), keep_checkpoints=False, valid_ref=None, imported=None, gpus=None, gpus_per_run=None,
-        langs=None, train_loss=False, train_loss_fn=train_set_loss):
+        langs=None, train_loss=False, train_loss_fn=train_set_loss, check_builds=None):
     """Train + evaluate every (config, seed) not done already; returns results.
 
     Runs go seed by seed (every config's seed 1 before any seed 2), ``jobs`` at a time,
@@ -1319,6 +1333,10 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
 
     ``langs``: (source, target) of every training and scoring (None: fairseq's and
     ``evaluate``'s defaults, zh -> en).
+
+    ``check_builds``: {config: args} -> {config: error} (``build_errors``), called with the
+    configs that have a run to train or score once the plan is made; any error raises
+    ConfigBuildErrors before the first training.
 
     ``train_loss``: also measure each run's final checkpoint on the training subset and on
     valid in one pass (``train_set_loss``: eval mode, the training's criterion, fp32), kept in
@@ -1473,6 +1491,12 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                                           "to train it here")
             todo.append((name, seed, run_dir, settings, final, points, missing, valid_points, missing_valid))
 
+    if check_builds is not None and todo:
+        # only the configs with something to train or score (fairseq builds the model for both),
+        # so a report of finished or imported runs is not held up by a config of older code
+        errors = check_builds({name: configs[name] for name in sorted({job[0] for job in todo})})
+        if errors:
+            raise ConfigBuildErrors(errors)
     gpu_slots = GpuSlots(gpus)
     eval_langs = {"src": langs[0], "tgt": langs[1]} if langs else {}
 
@@ -2205,11 +2229,6 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
             p.error(f"--import-runs {path}: trained on other data than {data_bin} (SHA-256 of its dictionaries "
                     "and binarised splits differ)")
 
-    if train_fn is train:  # the real fairseq-train (tests pass stand-ins for fake architectures)
-        errors = build_errors(configs, common, data_bin, a.updates, (a.src, a.tgt))
-        if errors:
-            p.error("fairseq-train would stop building these configs' models (nothing was trained):\n"
-                    + "\n".join(f"  {name}: {error}" for name, error in errors.items()))
     if curve_updates:
         g = curve_interval(curve_updates)
         print(f"[quality] learning curve at {', '.join(map(str, curve_updates + [a.updates]))} updates: "
@@ -2265,9 +2284,15 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
                           a.beam, a.threads, a.gen_args, train_fn=train_fn, eval_fn=eval_fn, log=log,
                           jobs=a.jobs, curve_updates=curve_updates, keep_checkpoints=a.keep_checkpoints,
                           valid_ref=valid_ref, imported=imported, gpus=gpus, gpus_per_run=gpus_per_run,
-                          langs=(a.src, a.tgt), train_loss=a.train_loss, train_loss_fn=train_loss_fn)
+                          langs=(a.src, a.tgt), train_loss=a.train_loss, train_loss_fn=train_loss_fn,
+                          check_builds=(functools.partial(build_errors, common=common, data_bin=data_bin,
+                                                          updates=a.updates, langs=(a.src, a.tgt), log=log)
+                                        if train_fn is train else None))  # tests pass fake architectures
         except ImportedRunMismatch as error:  # found before any training
             p.error(f"--import-runs: {error}")
+        except ConfigBuildErrors as error:  # found before any training
+            p.error("fairseq-train would stop building these configs' models (nothing was trained):\n"
+                    + "\n".join(f"  {name}: {why}" for name, why in error.errors.items()))
         except RunInUse as error:  # found before any training
             p.error(str(error))
         except RunFailed as error:  # the runs that finished are kept; none is trained again on a rerun

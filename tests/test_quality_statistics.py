@@ -2652,7 +2652,8 @@ def test_a_report_names_the_machines_its_runs_ran_on_and_warns_of_seed_pairs_spl
         "CPU Intel(R) Xeon(R) Processor, 1 thread"]
 
 
-def test_a_config_fairseq_train_would_reject_stops_the_comparison_before_any_training(qc, tiny_corpus, tmp_path):
+def test_a_config_fairseq_train_would_reject_stops_the_comparison_before_any_training(qc, tiny_corpus, tmp_path,
+                                                                                      monkeypatch):
     """Every config's model is built (fairseq's parser, the data's dictionaries, the run's
     --max-update) before the first training: a bad option in one arm is one error naming it,
     not a failure after the other arms have trained."""
@@ -2660,11 +2661,12 @@ def test_a_config_fairseq_train_would_reject_stops_the_comparison_before_any_tra
     dims = (cfg / "00-transformer.args").read_text().split()[2:]
     (cfg / "01-cross_agg-bad_iters.args").write_text(
         " ".join(["--arch", "transformer_cross_agg", *dims, "--routing-iters", "0"]) + "\n")
-    (cfg / "02-cross_agg-stopped_past_the_budget.args").write_text(
-        " ".join(["--arch", "transformer_cross_agg", *dims, "--routing-stop-gradient-updates", "30"]) + "\n")
+    (cfg / "02-cross_agg-two_stops.args").write_text(
+        " ".join(["--arch", "transformer_cross_agg", *dims, "--routing-stop-gradient",
+                  "--routing-stop-gradient-updates", "20"]) + "\n")
     (cfg / "03-unknown_option.args").write_text(" ".join(["--arch", "transformer", *dims, "--no-such-option"]) + "\n")
     (cfg / "04-cross_agg-good.args").write_text(
-        " ".join(["--arch", "transformer_cross_agg", *dims, "--routing-stop-gradient-updates", "29"]) + "\n")
+        " ".join(["--arch", "transformer_cross_agg", *dims, "--routing-stop-gradient-updates", "40"]) + "\n")
     out = tmp_path / "out"
     argv = ["--data-dir", str(tiny_corpus), "--config-dir", str(cfg), "--seeds", "1", "--updates", "30",
             "--out-dir", str(out), "--threads", "1"]
@@ -2675,8 +2677,26 @@ def test_a_config_fairseq_train_would_reject_stops_the_comparison_before_any_tra
     message = err.getvalue()
     assert "nothing was trained" in message
     assert "01-cross_agg-bad_iters: ValueError: --routing-iters must be >= 1, got 0" in message
-    assert "02-cross_agg-stopped_past_the_budget: ValueError: --routing-stop-gradient-updates 30" in message
+    assert "02-cross_agg-two_stops: ValueError: --routing-stop-gradient stops" in message
     assert re.search(r"03-unknown_option: ValueError: fairseq could not parse .*--no-such-option", message)
     assert "00-transformer" not in message.split("nothing was trained")[1]
-    assert "04-cross_agg-good" not in message
-    assert not out.exists()
+    assert "04-cross_agg-good" not in message  # N past the budget: a warning, built
+    assert not list(out.glob("runs/*/seed*/train.log"))  # nothing trained
+
+    # only configs with something left to train or score are built: once the transformer's run
+    # is finished, model code that would now reject its config does not hold up its report
+    assert qc.main(argv + ["--configs", "00-*"])["summary"]["00-transformer"]["bleu"]
+    built = []
+
+    def rejecting_everything(configs, **kwargs):
+        built.extend(configs)
+        return {name: "ValueError: rejected by newer model code" for name in configs}
+
+    monkeypatch.setattr(qc, "build_errors", rejecting_everything)
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        report = qc.main(argv + ["--configs", "00-*"])
+    assert "done already" in err.getvalue() and built == []
+    assert report["summary"]["00-transformer"]["bleu"]
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+        qc.main(argv + ["--configs", "00-*", "04-*"])  # 04 has a run to train: built, and refused
+    assert built == ["04-cross_agg-good"]

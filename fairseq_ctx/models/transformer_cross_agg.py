@@ -13,6 +13,7 @@ through the routing; ``--routing-stop-gradient-updates N`` does so for the first
 only. All live in ``CrossAggregation``; see docs/notes/transformer_cross_agg.md.
 """
 import argparse
+import logging
 from typing import Dict, Optional, Tuple
 
 from torch import Tensor
@@ -43,6 +44,8 @@ from fairseq_ctx.modules.cross_aggregation import (
 )
 
 ROUTING_SIDES = ("encoder", "decoder", "both")
+
+logger = logging.getLogger(__name__)
 
 
 class CrossAggregationMultiheadAttention(MultiheadAttention):
@@ -222,11 +225,12 @@ def validate_routing_args(args) -> None:
         )
     max_update = getattr(args, "max_update", 0) or 0
     if args.routing_stop_gradient_updates and 0 < max_update <= args.routing_stop_gradient_updates:
-        # every update would route detached logits: the run would be --routing-stop-gradient's
-        raise ValueError(
+        # a warning, not an error: a run continued past N later (or a curve point trained to
+        # u <= N on its own) is a legitimate part of a longer run
+        logger.warning(
             f"--routing-stop-gradient-updates {args.routing_stop_gradient_updates} stops the gradient through the "
-            f"routing for every one of the run's --max-update {max_update} updates; use --routing-stop-gradient "
-            "for that, or a smaller N"
+            f"routing for every one of this run's --max-update {max_update} updates: up to there it trains as "
+            "--routing-stop-gradient does"
         )
     if args.routing_stop_gradient and args.routing_stop_gradient_updates:
         raise ValueError(
