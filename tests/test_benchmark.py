@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fairseq_ctx import benchmarking as B
-from fairseq_ctx.benchmarking import batches, systems
+from fairseq_ctx.benchmarking import batches, systems, timing
 
 # (name@baseline=ARGS) of plugin systems to include in the smoke run once they exist.
 EXTRA_SYSTEMS = [
@@ -86,6 +86,7 @@ def test_smoke_run_cpu(tmp_path):
         "--system", "noscale=--arch transformer --no-scale-embedding",
         "--system", "lstm96@lstm=--arch lstm --decoder-hidden-size 96",
         "--system", "broken=--arch no_such_arch",  # reported as failed, the rest goes on
+        "--system", "ca_stopgrad=--arch transformer_cross_agg --routing-stop-gradient-updates 50",
         *sum((["--system", s] for s in EXTRA_SYSTEMS), []),
         "--dims", "tiny", "--src-lens", "8", "--device", "cpu", "--quick",
         "--steps", "2", "--warmup", "1", "--batch-sentences", "4", "--vocab", "500",
@@ -119,6 +120,11 @@ def test_smoke_run_cpu(tmp_path):
     assert rows["lstm96"]["ratios"]["params"] < 1.0
     md = out_md.read_text()
     assert "| system | vs | src len |" in md and "lstm96" in md and "`broken`: FAILED" in md
+    # a system timed before the end of its schedule says so (here updates 0-2 < 50)
+    assert "from update 0" in md
+    assert data["systems"]["ca_stopgrad"]["schedule_note"].startswith("timed at updates 0-2, before the end of "
+                                                                      "--routing-stop-gradient-updates 50")
+    assert "schedule_note" not in data["systems"]["cross_agg"]
     assert data["meta"]["device"] == "cpu" and data["meta"]["dtype"] == "fp32"
     assert res["rows"]
     print(f"smoke run took {elapsed:.1f}s")
@@ -139,3 +145,71 @@ def test_memory_subprocess_imports_this_copy_whatever_the_working_directory(tmp_
             "--memory-isolation", "all", "--threads", "1", "--json", str(out_json)])
     data = json.loads(out_json.read_text())
     assert data["rows"][0]["peak_mem_bytes"] > 0, data.get("failed")
+
+
+def _forward_regimes(argv_extra, at_update, n_steps):
+    """(detached?, ramp buffer u) seen by the first cross-aggregation module at each
+    training step's forward, for a tiny transformer_cross_agg built as the benchmark does."""
+    from fairseq_ctx.modules.cross_aggregation import CrossAggregation
+
+    d = systems.make_dictionary(300)
+    argv = systems.build_argv("--arch transformer_cross_agg " + argv_extra, "tiny", "/nonexistent")
+    b = systems.Built(systems.SystemSpec("ca", "", None, False), argv, d, "cpu", at_update=at_update)
+    module = next(m for m in b.model.modules() if isinstance(m, CrossAggregation))
+    seen = []
+    module.register_forward_pre_hook(lambda m, _: seen.append(
+        (m._detach_logits, int(m.num_updates) if hasattr(m, "num_updates") else None)))
+    batch = batches.make_batches(d, 6, 2, 1, 1, "cpu")[0]
+    for _ in range(n_steps):
+        n = len(seen)
+        timing.train_step(b, batch, "fp32")
+        assert len(seen) > n
+        seen[n + 1:] = []  # the first forward of each step (encoder self-attention)
+    return seen, b.num_updates
+
+
+def test_training_steps_tell_the_model_the_updates_done_as_fairseq_does():
+    # fairseq's train_step hands the model u (updates done) before each forward: with
+    # --routing-stop-gradient-updates 3, updates 0-2 route detached logits, 3 on do not.
+    seen, u = _forward_regimes("--routing-stop-gradient-updates 3", 0, 5)
+    assert [d for d, _ in seen] == [True, True, True, False, False] and u == 5
+    # --at-update U: the first step is update U
+    seen, u = _forward_regimes("--routing-stop-gradient-updates 3", 2, 3)
+    assert [d for d, _ in seen] == [True, False, False] and u == 5
+    # the ramp's u (persisted buffer) follows the same count
+    seen, _ = _forward_regimes("--routing-ramp-updates 10", 4, 3)
+    assert [r for _, r in seen] == [4, 5, 6]
+
+
+def test_schedule_note_names_options_still_in_their_early_regime():
+    args = systems.parse_training_args(systems.build_argv(
+        "--arch transformer_cross_agg --routing-ramp-updates 800", "tiny", "/nonexistent"))
+    assert "--routing-ramp-updates 800" in systems.schedule_note(args, 0, 12)
+    assert systems.schedule_note(args, 800, 812) is None
+    plain = systems.parse_training_args(systems.build_argv("--arch transformer", "tiny", "/nonexistent"))
+    assert systems.schedule_note(plain, 0, 12) is None
+
+
+def test_memory_subprocess_builds_at_the_same_update(monkeypatch):
+    from fairseq_ctx.benchmarking import memory
+
+    payloads = []
+    monkeypatch.setattr(memory, "_run_memory_worker", lambda payload: payloads.append(payload) or [])
+    memory.measure_memory([{"spec": {"name": "x", "args": ""}, "argv": [], "src_len": 4, "bsz": 1}],
+                          vocab=100, seed=1, device="cpu", dtype="fp32", at_update=7)
+    assert payloads and all(p["at_update"] == 7 for p in payloads)
+    # and the worker builds each system at that update
+    monkeypatch.undo()
+    built_at = []
+
+    class Recording(systems.Built):
+        def __init__(self, *a, at_update=0, **k):
+            built_at.append(at_update)
+            super().__init__(*a, at_update=at_update, **k)
+
+    monkeypatch.setattr(memory, "Built", Recording)
+    argv = systems.build_argv("--arch transformer", "tiny", "/nonexistent")
+    memory.memory_worker(dict(jobs=[{"spec": {"name": "t", "args": "--arch transformer"}, "argv": argv,
+                                     "src_len": 4, "bsz": 1}], vocab=100, seed=1, device="cpu",
+                              dtype="fp32", steps=1, method="maxrss", repeats=1, at_update=7))
+    assert built_at == [7]

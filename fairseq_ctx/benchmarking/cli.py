@@ -59,6 +59,13 @@ def get_parser():
     p.add_argument("--no-share-all-embeddings", action="store_true",
                    help="do not add --share-all-embeddings (added by default where accepted)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--at-update", type=int, default=0, metavar="U",
+                   help="time every system as it trains from update U on: the model is told the "
+                        "updates done (fairseq's set_num_updates: U before the first warm-up step, "
+                        "+1 per step), which options with a schedule in the updates read "
+                        "(transformer_cross_agg's --routing-ramp-updates N / "
+                        "--routing-stop-gradient-updates N: U >= N times the model past its "
+                        "schedule); default 0, a fresh training")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch default)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     p.add_argument("--memory-isolation", choices=["system", "all", "job"], default="system",
@@ -84,7 +91,10 @@ def main(argv=None):
     logging.basicConfig(level=logging.WARNING)
     for name in ("fairseq", "hydra", "fairseq_ctx"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    a = get_parser().parse_args(argv)
+    parser = get_parser()
+    a = parser.parse_args(argv)
+    if a.at_update < 0:
+        parser.error(f"--at-update must be >= 0, got {a.at_update}")
     if not a.baseline:
         a.baseline = ["transformer=--arch transformer"]
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -99,7 +109,7 @@ def main(argv=None):
         beams=tuple(a.beams), vocab=a.vocab, share_all_embeddings=not a.no_share_all_embeddings,
         seed=a.seed, memory=not a.no_memory, memory_isolation=a.memory_isolation,
         memory_repeats=a.memory_repeats, threads=a.threads, profile=a.profile,
-        n_batches=2 if a.quick else 4,
+        n_batches=2 if a.quick else 4, at_update=a.at_update,
     )
     specs = resolve_systems(a.baseline, a.system)
 

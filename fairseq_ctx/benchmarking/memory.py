@@ -108,7 +108,7 @@ def _memory_once(job: dict, d, payload: dict, method: str) -> dict:
         if method == "hwm" and not _reset_rss_peak():
             raise RuntimeError("cannot reset VmHWM (/proc/self/clear_refs)")
         base = _proc_status_kib("VmRSS") * 1024
-    s = Built(SystemSpec(**job["spec"]), job["argv"], d, device)
+    s = Built(SystemSpec(**job["spec"]), job["argv"], d, device, at_update=payload.get("at_update", 0))
     batch = make_batches(d, job["src_len"], job["bsz"], 1, payload["seed"], device)[0]
     for _ in range(payload["steps"]):
         train_step(s, batch, dtype)
@@ -145,7 +145,7 @@ def hwm_supported() -> bool:
 
 def measure_memory(jobs: List[dict], vocab: int, seed: int, device: str, dtype: str,
                    steps: int = 3, threads: int = 0, isolation: str = "system",
-                   repeats: int = 2) -> List[dict]:
+                   repeats: int = 2, at_update: int = 0) -> List[dict]:
     """jobs: [{spec, argv, src_len, bsz}]. isolation: "system" = one fresh subprocess per
     system (all its source lengths), "all" = one subprocess for every job, "job" = one per
     job. On CPU without a resettable VmHWM, falls back to one process per job + maxrss."""
@@ -164,7 +164,8 @@ def measure_memory(jobs: List[dict], vocab: int, seed: int, device: str, dtype: 
         try:
             out += _run_memory_worker(dict(jobs=g, vocab=vocab, seed=seed, device=device,
                                            dtype=dtype, steps=steps, threads=threads,
-                                           method=method, repeats=1 if method == "maxrss" else repeats))
+                                           method=method, repeats=1 if method == "maxrss" else repeats,
+                                           at_update=at_update))
         except RuntimeError as e:  # e.g. out of memory: that system gets no memory figure
             log(f"[bench] memory of {[j['spec']['name'] for j in g]} failed: {str(e)[-1500:]}")
     return out

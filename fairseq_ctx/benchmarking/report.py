@@ -135,7 +135,8 @@ def markdown_report(results: dict) -> str:
         + (f", GPU {m['gpu']} (CUDA {m['cuda']})" if "gpu" in m else ""),
         f"- versions: Python {m['python']}, torch {m['torch']}, fairseq {m['fairseq']}",
         f"- command: `{m['command']}`",
-        f"- steps {m['config']['steps']} (after {m['config']['warmup']} warm-up), "
+        f"- steps {m['config']['steps']} (after {m['config']['warmup']} warm-up, from update "
+        f"{m['config'].get('at_update', 0)}), "
         f"decode repeats {m['config']['decode_repeats']}, vocab {m['vocab']} (joint), "
         f"share-all-embeddings {m['config']['share_all_embeddings']}",
         "",
@@ -151,7 +152,8 @@ def markdown_report(results: dict) -> str:
     ]
     for name, s in results["systems"].items():
         out.append(f"- `{name}`: `{s['args']}` (arch `{s['arch']}`, {s['params']:,} parameters"
-                   + (f", baseline `{s['baseline']}`" if s["baseline"] else ", baseline") + ")")
+                   + (f", baseline `{s['baseline']}`" if s["baseline"] else ", baseline") + ")"
+                   + (f"; {s['schedule_note']}" if s.get("schedule_note") else ""))
     for name, f in results.get("failed", {}).items():
         last = (f["error"].strip().splitlines() or [""])[-1]
         out.append(f"- `{name}`: FAILED in {f['where']}" + (f": `{last}`" if last else ""))

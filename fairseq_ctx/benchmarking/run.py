@@ -10,7 +10,8 @@ import torch
 from .batches import make_batches
 from .memory import measure_memory
 from .report import add_ratios, log, metadata
-from .systems import DEFAULT_VOCAB, USER_DIR, Built, SystemSpec, build_argv, make_dictionary
+from .systems import (DEFAULT_VOCAB, USER_DIR, Built, SystemSpec, build_argv, make_dictionary,
+                      schedule_note)
 from .timing import _median, _quartiles, _rotated, decode_step, make_generator, train_step
 
 
@@ -37,6 +38,7 @@ class BenchConfig:
     memory_repeats: int = 2
     threads: int = 0
     profile: bool = False
+    at_update: int = 0  # the optimizer updates done before the first (warm-up) step
 
     def bsz(self, src_len: int) -> int:
         if self.batch_sentences:
@@ -77,7 +79,7 @@ def run_benchmark(specs: List[SystemSpec], cfg: BenchConfig, data_dir: str = "/n
             continue
         try:
             argvs[s.name] = build_argv(s.args, cfg.dims, data_dir, cfg.share_all_embeddings, cfg.seed)
-            built[s.name] = Built(s, argvs[s.name], d, cfg.device)
+            built[s.name] = Built(s, argvs[s.name], d, cfg.device, at_update=cfg.at_update)
         except Exception:
             fail(s.name, "build")
             continue
@@ -88,6 +90,10 @@ def run_benchmark(specs: List[SystemSpec], cfg: BenchConfig, data_dir: str = "/n
             "arch": b.args.arch, "family": b.family, "params": b.n_params,
             "argv": [a for a in argvs[s.name] if a != USER_DIR],
         }
+        note = schedule_note(b.args, cfg.at_update, cfg.at_update + cfg.warmup + cfg.steps - 1)
+        if note:
+            results["systems"][s.name]["schedule_note"] = note
+            log(f"[bench] note: {s.name} is {note}")
 
     def active():
         return [s for s in specs if s.name in built]
@@ -167,7 +173,7 @@ def run_benchmark(specs: List[SystemSpec], cfg: BenchConfig, data_dir: str = "/n
         try:
             mems = measure_memory(jobs, vocab, cfg.seed, cfg.device, cfg.dtype, steps=3,
                                   threads=cfg.threads, isolation=cfg.memory_isolation,
-                                  repeats=cfg.memory_repeats)
+                                  repeats=cfg.memory_repeats, at_update=cfg.at_update)
         except Exception:
             results["memory_error"] = traceback.format_exc(limit=4)
             log(f"[bench] memory measurement failed:\n{results['memory_error']}")

@@ -73,6 +73,26 @@ COMMON_ARGS = [
 ]
 
 
+# Options whose model changes with the optimizer updates done (u), through fairseq's
+# set_num_updates, for u < N: a system timed from --at-update U < N is timed in that
+# early regime (the report says so).
+SCHEDULED_OPTIONS = {
+    "routing_ramp_updates": "--routing-ramp-updates",
+    "routing_stop_gradient_updates": "--routing-stop-gradient-updates",
+}
+
+
+def schedule_note(args: argparse.Namespace, at_update: int, last_update: int) -> Optional[str]:
+    """Which scheduled options of a system are still in their early regime at any timed
+    update (u from at_update to last_update), or None."""
+    early = [f"{opt} {getattr(args, dest)}" for dest, opt in SCHEDULED_OPTIONS.items()
+             if (getattr(args, dest, 0) or 0) > at_update]
+    if not early:
+        return None
+    return (f"timed at updates {at_update}-{last_update}, before the end of {', '.join(early)} "
+            f"(--at-update N times the model as it trains after update N)")
+
+
 @dataclasses.dataclass
 class SystemSpec:
     name: str
@@ -149,7 +169,8 @@ def build_argv(system_args: str, dims: str, data_dir: str, share_all: bool = Tru
 class Built:
     """One system, built as fairseq-train builds it: args, cfg, task, model, criterion, Adam."""
 
-    def __init__(self, spec: SystemSpec, argv: List[str], dictionary, device: str):
+    def __init__(self, spec: SystemSpec, argv: List[str], dictionary, device: str,
+                 at_update: int = 0):
         from fairseq import utils
         from fairseq.dataclass.utils import convert_namespace_to_omegaconf
         from fairseq.tasks.translation import TranslationTask
@@ -169,3 +190,9 @@ class Built:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=5e-4,
                                           betas=(0.9, 0.98), eps=1e-8)
         self.device = device
+        # Optimizer updates done so far (u): every training step hands it to the model the
+        # way fairseq's trainer does (``set_num_updates``), for the options that follow a
+        # schedule in u (e.g. transformer_cross_agg's --routing-ramp-updates /
+        # --routing-stop-gradient-updates); ``at_update`` times the model as at update U.
+        self.num_updates = at_update
+        self.model.set_num_updates(at_update)

@@ -25,16 +25,21 @@ def autocast_ctx(device: str, dtype: str):
 
 
 def train_step(sys_: Built, batch: dict, dtype: str) -> float:
-    """One forward + backward + Adam step (train mode); returns seconds."""
+    """One forward + backward + Adam step (train mode); returns seconds. As in fairseq's
+    ``train_step``, the model is told the updates done so far before the forward
+    (``set_num_updates(u)``) and u + 1 after the update."""
     sys_.model.train()
     sys_.criterion.train()
     _sync(sys_.device)
     t0 = time.perf_counter()
+    sys_.model.set_num_updates(sys_.num_updates)
     with autocast_ctx(sys_.device, dtype):
         loss, sample_size, _ = sys_.criterion(sys_.model, batch)
     (loss / sample_size).backward()
     sys_.optimizer.step()
     sys_.optimizer.zero_grad(set_to_none=True)
+    sys_.num_updates += 1
+    sys_.model.set_num_updates(sys_.num_updates)
     _sync(sys_.device)
     return time.perf_counter() - t0
 
