@@ -309,10 +309,7 @@ def build_errors(configs, common, data_bin, updates, langs, log=print):
     checked (said in the log): this process has the plugin imported already, and a second
     copy of it cannot be imported beside it. The optimizer and criterion are not built:
     their options are the common ones, which the first training checks within seconds."""
-    import torch
-    from fairseq import tasks
-
-    from .reproduce.params import parse_training_args
+    from .reproduce.params import model_build_error
 
     errors = {}
     for name, arch_args in sorted(configs.items()):
@@ -321,14 +318,9 @@ def build_errors(configs, common, data_bin, updates, langs, log=print):
             continue
         argv = [data_bin, "--user-dir", PACKAGE_DIR, *common, *arch_args, "--max-update", str(updates),
                 "--seed", "1", "--source-lang", langs[0], "--target-lang", langs[1]]
-        try:
-            args = parse_training_args(argv)
-            task = tasks.setup_task(args)
-            with torch.device("meta"):
-                task.build_model(args)
-        except Exception as error:  # noqa: BLE001  (whatever stops fairseq-train: say which config, and why)
-            text = str(error).strip().splitlines()
-            errors[name] = f"{type(error).__name__}: {text[0] if text else ''}"[:600]
+        error = model_build_error(argv)
+        if error:
+            errors[name] = error
     return errors
 
 

@@ -507,3 +507,44 @@ def test_prepared_data_lands_where_the_reproduction_looks(tmp_path, monkeypatch)
                            "sys.exit(reproduce(['cao_table2', '--dry-run']))"],
                           capture_output=True, text=True, env=cli_env(), cwd=tmp_path)
     assert os.path.join(paths.WORK_DIR, "wmt17-zh-en-len50") in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_preflight_builds_every_cells_model_before_any_training(tmp_path):
+    # an extra option that only the cross-aggregation rows accept: the Transformer rows'
+    # cells would stop at their own start, hours in; the preflight names them first
+    table = tables.TABLES["cao_table2"]
+    cells = runner.build_cells(table, table.rows, _options(train_extra=["--routing-iters", "2"]), str(tmp_path / "r"),
+                               str(tmp_path / "data"))
+    for cell in cells:
+        os.makedirs(cell.bin_dir, exist_ok=True)
+        for lang in (cell.column.src, cell.column.tgt):
+            with open(os.path.join(cell.bin_dir, f"dict.{lang}.txt"), "w") as handle:
+                handle.writelines(f"w{i} 1\n" for i in range(40))
+        # the language pair is read off the training set's file names, as fairseq-train does
+        open(os.path.join(cell.bin_dir, f"train.{cell.column.src}-{cell.column.tgt}.{cell.column.src}.idx"), "w").close()
+    problems = runner.model_build_problems(cells)
+    stock = [c for c in cells if "--arch" in c.train_cmd
+             and c.train_cmd[c.train_cmd.index("--arch") + 1] == "transformer"]
+    assert stock and len(stock) < len(cells)
+    assert len(problems) == len(stock)
+    for cell, problem in zip(stock, problems):
+        assert problem.startswith(f"{cell.name}: fairseq-train would not build its model: ValueError: ")
+        assert "unrecognized arguments: --routing-iters 2" in problem
+    # without the extra every cell builds; a bad value in a row's own option is named too
+    assert runner.model_build_problems(runner.build_cells(table, table.rows, _options(), str(tmp_path / "r"),
+                                                          str(tmp_path / "data"))) == []
+    bad = runner.build_cells(table, table.rows, _options(train_extra=["--dropout", "x"]), str(tmp_path / "r"),
+                             str(tmp_path / "data"))
+    assert len(runner.model_build_problems(bad)) == len(bad)
+    assert runner.preflight(bad, _options(results=str(tmp_path / "r"), setting="cpu"))[:len(bad)] == \
+        runner.model_build_problems(bad)
+
+
+def test_the_fairseq_train_arguments_of_every_launchers_command():
+    config = os.path.join(train.CONFIGS, "cao", "cross_zero.args")
+    for launcher in ("spawn", "torchrun", "slurm"):
+        cmd = train.build_command(config, "cao", "BIN", "SAVE", launcher=launcher, gpus=2, allow_batch_change=True)
+        argv = runner.fairseq_train_argv(cmd)
+        assert argv[0] == "BIN" and argv[argv.index("--save-dir") + 1] == "SAVE"
+    with pytest.raises(ValueError, match="no fairseq-train entry"):
+        runner.fairseq_train_argv(["python", "-m", "something_else", "BIN"])

@@ -13,7 +13,7 @@ on its published count, so the other rows test the architectures:
             512 Vs + 1025 Vt and 512 Vs + 1024 Vt; see docs/experiments.md).
 """
 import os
-from typing import Dict, Iterable
+from typing import Dict, Iterable, Optional
 
 import torch
 
@@ -51,9 +51,28 @@ def parse_training_args(argv, return_parser=False):
             args = options.parse_args_and_arch(parser, argv)
     except SystemExit as e:
         msg = [line for line in err.getvalue().splitlines() if "error:" in line]
-        raise ValueError(f"fairseq could not parse {' '.join(argv)!r}: "
-                         f"{msg[-1][:500] if msg else e}") from None
+        # the reason first: callers may shorten the message, and the arguments can be long
+        raise ValueError(f"fairseq could not parse the arguments: {msg[-1][:500] if msg else e} "
+                         f"(arguments: {' '.join(argv)!r})") from None
     return (args, parser) if return_parser else args
+
+
+def model_build_error(argv) -> Optional[str]:
+    """The error ``fairseq-train ARGV`` would stop with while building its model, or None:
+    ARGV (data directory first) parsed by fairseq's training parser, the task set up on the
+    data's dictionaries, and the model built on the meta device (shapes only: no weights,
+    about a second). The optimizer, criterion and lr scheduler are not built."""
+    from fairseq import tasks
+
+    try:
+        args = parse_training_args(list(argv))
+        task = tasks.setup_task(args)
+        with torch.device("meta"):
+            task.build_model(args)
+    except Exception as error:  # noqa: BLE001  (whatever stops fairseq-train: say why)
+        text = str(error).strip().splitlines()
+        return f"{type(error).__name__}: {text[0] if text else ''}"[:600]
+    return None
 
 
 def parse_model_args(arch_args, with_options=False):

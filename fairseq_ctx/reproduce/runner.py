@@ -307,9 +307,45 @@ def estimated_checkpoint_bytes(cell, param_count):
     return per * (keep + 2) + param_count * 4
 
 
+# the module fairseq-train runs as, in each launcher's command (build_command)
+TRAIN_ENTRIES = ("fairseq_cli.train", "fairseq_ctx.reproduce.distributed_entry")
+
+
+def fairseq_train_argv(cmd):
+    """fairseq-train's own arguments (data directory first) in a cell's training command."""
+    starts = [i for i, word in enumerate(cmd) if word in TRAIN_ENTRIES]
+    if not starts:
+        raise ValueError(f"no fairseq-train entry ({', '.join(TRAIN_ENTRIES)}) in {shlex.join(cmd)}")
+    return cmd[starts[0] + 1:]
+
+
+def model_build_problems(cells) -> List[str]:
+    """Cells whose model fairseq-train would not build (a row's config with a column's
+    options or the user's extras that it rejects), found before any training: each cell
+    still to train whose data exists (its dictionaries, its training set) is parsed and built as fairseq-train would
+    build it, on the meta device (``params.model_build_error``); a command shared by
+    cells is built once."""
+    from .params import model_build_error
+
+    problems, checked = [], {}
+    for cell in cells:
+        col = cell.column
+        needs = [f"dict.{col.src}.txt", f"dict.{col.tgt}.txt", f"train.{col.src}-{col.tgt}.{col.src}.idx"]
+        if cell.trained or not all(os.path.exists(os.path.join(cell.bin_dir, name)) for name in needs):
+            continue  # missing data is the data check's problem
+        argv = fairseq_train_argv(cell.train_cmd)
+        save = [i for i, word in enumerate(argv) if word == "--save-dir"]
+        model = tuple(w for i, w in enumerate(argv) if not any(i in (j, j + 1) for j in save))
+        if model not in checked:
+            checked[model] = model_build_error(argv)
+        if checked[model]:
+            problems.append(f"{cell.name}: fairseq-train would not build its model: {checked[model]}")
+    return problems
+
+
 def preflight(cells, options, param_counts=None) -> List[str]:
     """Everything that would make a cell fail later, found before any training."""
-    problems = []
+    problems = model_build_problems(cells)
     seen = set()
     for cell in cells:
         if (cell.bin_dir, tuple(cell.subsets)) in seen:
