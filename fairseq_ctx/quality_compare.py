@@ -307,8 +307,9 @@ def build_errors(configs, common, data_bin, updates, langs, log=print):
     weights, seconds for a whole study). A bad option in the fifth arm then stops the
     comparison at its start, not hours in. A config with its own ``--user-dir`` is not
     checked (said in the log): this process has the plugin imported already, and a second
-    copy of it cannot be imported beside it. The optimizer and criterion are not built:
-    their options are the common ones, which the first training checks within seconds."""
+    copy of it cannot be imported beside it. The criterion is built too; the optimizer and
+    lr scheduler are not: their options are the common ones, which the first training
+    checks within seconds."""
     from .reproduce.params import model_build_error
 
     errors = {}

@@ -120,10 +120,11 @@ def test_smoke_run_cpu(tmp_path):
     assert rows["lstm96"]["ratios"]["params"] < 1.0
     md = out_md.read_text()
     assert "| system | vs | src len |" in md and "lstm96" in md and "`broken`: FAILED" in md
-    # a system timed before the end of its schedule says so (here updates 0-2 < 50)
-    assert "from update 0" in md
-    assert data["systems"]["ca_stopgrad"]["schedule_note"].startswith("timed at updates 0-2, before the end of "
-                                                                      "--routing-stop-gradient-updates 50")
+    # a system timed before the end of its schedule says so (timed: updates 1-2, after 1 warm-up)
+    assert "updates 0.. from the first warm-up step" in md
+    assert data["systems"]["ca_stopgrad"]["schedule_note"].startswith(
+        "timed at updates 1-2: --routing-stop-gradient-updates 50 (all of them before its end)")
+    assert rows["ca_stopgrad"]["train_updates"] == [1, 2]
     assert "schedule_note" not in data["systems"]["cross_agg"]
     assert data["meta"]["device"] == "cpu" and data["meta"]["dtype"] == "fp32"
     assert res["rows"]
@@ -149,42 +150,62 @@ def test_memory_subprocess_imports_this_copy_whatever_the_working_directory(tmp_
 
 def _forward_regimes(argv_extra, at_update, n_steps):
     """(detached?, ramp buffer u) seen by the first cross-aggregation module at each
-    training step's forward, for a tiny transformer_cross_agg built as the benchmark does."""
+    training step's forward, for a tiny transformer_cross_agg built as the benchmark does;
+    and what each step told the model (set_num_updates) before its first forward."""
     from fairseq_ctx.modules.cross_aggregation import CrossAggregation
 
     d = systems.make_dictionary(300)
     argv = systems.build_argv("--arch transformer_cross_agg " + argv_extra, "tiny", "/nonexistent")
     b = systems.Built(systems.SystemSpec("ca", "", None, False), argv, d, "cpu", at_update=at_update)
     module = next(m for m in b.model.modules() if isinstance(m, CrossAggregation))
-    seen = []
-    module.register_forward_pre_hook(lambda m, _: seen.append(
-        (m._detach_logits, int(m.num_updates) if hasattr(m, "num_updates") else None)))
+    events = []
+    module.register_forward_pre_hook(lambda m, _: events.append(
+        ("forward", m._detach_logits, int(m.num_updates) if hasattr(m, "num_updates") else None)))
+    told = b.model.set_num_updates
+    b.model.set_num_updates = lambda u: events.append(("told", u)) or told(u)
     batch = batches.make_batches(d, 6, 2, 1, 1, "cpu")[0]
+    seen, told_per_step = [], []
     for _ in range(n_steps):
-        n = len(seen)
+        events.clear()
         timing.train_step(b, batch, "fp32")
-        assert len(seen) > n
-        seen[n + 1:] = []  # the first forward of each step (encoder self-attention)
-    return seen, b.num_updates
+        told_per_step.append([e[1] for e in events if e[0] == "told"])
+        assert events[0][0] == "told"  # before the forward, as fairseq's task.train_step
+        seen.append(next(e[1:] for e in events if e[0] == "forward"))
+    assert all(len(t) == 1 for t in told_per_step)  # once per step (it walks every module)
+    return seen, b.num_updates, [t[0] for t in told_per_step]
 
 
 def test_training_steps_tell_the_model_the_updates_done_as_fairseq_does():
     # fairseq's train_step hands the model u (updates done) before each forward: with
     # --routing-stop-gradient-updates 3, updates 0-2 route detached logits, 3 on do not.
-    seen, u = _forward_regimes("--routing-stop-gradient-updates 3", 0, 5)
-    assert [d for d, _ in seen] == [True, True, True, False, False] and u == 5
+    seen, u, told = _forward_regimes("--routing-stop-gradient-updates 3", 0, 5)
+    assert [d for d, _ in seen] == [True, True, True, False, False] and u == 5 and told == [0, 1, 2, 3, 4]
     # --at-update U: the first step is update U
-    seen, u = _forward_regimes("--routing-stop-gradient-updates 3", 2, 3)
-    assert [d for d, _ in seen] == [True, False, False] and u == 5
+    seen, u, told = _forward_regimes("--routing-stop-gradient-updates 3", 2, 3)
+    assert [d for d, _ in seen] == [True, False, False] and u == 5 and told == [2, 3, 4]
     # the ramp's u (persisted buffer) follows the same count
-    seen, _ = _forward_regimes("--routing-ramp-updates 10", 4, 3)
+    seen, _, _ = _forward_regimes("--routing-ramp-updates 10", 4, 3)
     assert [r for _, r in seen] == [4, 5, 6]
+
+
+def test_every_source_length_is_timed_at_the_same_updates():
+    cfg = B.BenchConfig(src_lens=(6, 8), steps=2, warmup=1, batch_sentences=2, vocab=300, beams=(1,),
+                        decode_repeats=1, memory=False, threads=1, at_update=5, n_batches=1, profile=True)
+    specs = B.resolve_systems(["t=--arch transformer"],
+                              ["ca=--arch transformer_cross_agg --routing-stop-gradient-updates 7"])
+    res = B.run_benchmark(specs, cfg)
+    rows = {(r["system"], r["src_len"]): r for r in res["rows"]}
+    for name in ("t", "ca"):
+        assert rows[(name, 6)]["train_updates"] == rows[(name, 8)]["train_updates"] == [6, 7]
+    # update 6 is before the end of the schedule (7), update 7 past it
+    assert "updates 6-6 of them before its end" in res["systems"]["ca"]["schedule_note"]
 
 
 def test_schedule_note_names_options_still_in_their_early_regime():
     args = systems.parse_training_args(systems.build_argv(
         "--arch transformer_cross_agg --routing-ramp-updates 800", "tiny", "/nonexistent"))
-    assert "--routing-ramp-updates 800" in systems.schedule_note(args, 0, 12)
+    assert "--routing-ramp-updates 800 (all of them before its end)" in systems.schedule_note(args, 3, 12)
+    assert "updates 795-799 of them" in systems.schedule_note(args, 795, 805)
     assert systems.schedule_note(args, 800, 812) is None
     plain = systems.parse_training_args(systems.build_argv("--arch transformer", "tiny", "/nonexistent"))
     assert systems.schedule_note(plain, 0, 12) is None

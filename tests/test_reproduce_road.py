@@ -520,15 +520,19 @@ def _dictionaries_and_training_set_names(cells):
         open(os.path.join(cell.bin_dir, f"train.{cell.column.src}-{cell.column.tgt}.{cell.column.src}.idx"), "w").close()
 
 
-@pytest.mark.parametrize("smoke", [False, True])
-def test_every_cell_of_every_paper_table_builds_its_model(tmp_path, smoke):
+@pytest.mark.parametrize("options", [dict(), dict(smoke=True),
+                                     dict(launcher="torchrun", nnodes=2, gpus=4, allow_batch_change=True,
+                                          train_extra=["--fp16"]),
+                                     dict(launcher="slurm", nnodes=2, gpus=4, allow_batch_change=True)],
+                         ids=["full", "smoke", "torchrun-fp16", "slurm"])
+def test_every_cell_of_every_paper_table_builds_its_model(tmp_path, options):
     # each row's config with each column's options, at full size and as the smoke rehearsal
-    # shrinks it: the preflight would otherwise refuse a table of ours
+    # shrinks it, for every launcher: the preflight would otherwise refuse a table of ours
     checked = 0
     for key, table in sorted(tables.TABLES.items()):
         if not table.columns:
             continue
-        cells = runner.build_cells(table, table.rows, _options(smoke=smoke), str(tmp_path / "r"), str(tmp_path / "d"))
+        cells = runner.build_cells(table, table.rows, _options(**options), str(tmp_path / "r"), str(tmp_path / "d"))
         _dictionaries_and_training_set_names(cells)
         assert runner.model_build_problems(cells) == [], key
         checked += len(cells)
@@ -549,7 +553,18 @@ def test_preflight_builds_every_cells_model_before_any_training(tmp_path):
     assert len(problems) == len(stock)
     for cell, problem in zip(stock, problems):
         assert problem.startswith(f"{cell.name}: fairseq-train would not build its model: ValueError: ")
-        assert "unrecognized arguments: --routing-iters 2" in problem
+        assert "fairseq-train: error: unrecognized arguments: --routing-iters 2" in problem
+    # a trained cell, a cell without data and a cell with another plugin are not built
+    os.makedirs(stock[0].train_dir, exist_ok=True)
+    open(os.path.join(stock[0].train_dir, "train.json"), "w").close()
+    os.remove(os.path.join(stock[1].bin_dir, f"dict.{stock[1].column.src}.txt"))
+    said = []
+    assert runner.model_build_problems(cells, log=said.append) == []
+    other = runner.build_cells(table, table.rows, _options(train_extra=["--user-dir", str(tmp_path)]),
+                               str(tmp_path / "r"), str(tmp_path / "data"))
+    assert runner.model_build_problems(other, log=said.append) == []
+    assert said and "another --user-dir" in said[-1]
+    _dictionaries_and_training_set_names(cells)
     # without the extra every cell builds; a bad value in a row's own option is named too
     assert runner.model_build_problems(runner.build_cells(table, table.rows, _options(), str(tmp_path / "r"),
                                                           str(tmp_path / "data"))) == []

@@ -60,12 +60,13 @@ def get_parser():
                    help="do not add --share-all-embeddings (added by default where accepted)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--at-update", type=int, default=0, metavar="U",
-                   help="time every system as it trains from update U on: the model is told the "
-                        "updates done (fairseq's set_num_updates: U before the first warm-up step, "
-                        "+1 per step), which options with a schedule in the updates read "
-                        "(transformer_cross_agg's --routing-ramp-updates N / "
-                        "--routing-stop-gradient-updates N: U >= N times the model past its "
-                        "schedule); default 0, a fresh training")
+                   help="the updates done before the first warm-up step, at every source length: "
+                        "before each step's forward the model is told the updates done "
+                        "(fairseq's set_num_updates), so the timed steps are updates "
+                        "U + warmup .. U + warmup + steps - 1 (the memory steps the first of them). "
+                        "Options with a schedule in the updates read it (transformer_cross_agg's "
+                        "--routing-ramp-updates N / --routing-stop-gradient-updates N: "
+                        "U + warmup >= N times the model past its schedule); default 0, a fresh training")
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch default)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     p.add_argument("--memory-isolation", choices=["system", "all", "job"], default="system",

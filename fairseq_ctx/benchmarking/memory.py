@@ -110,7 +110,7 @@ def _memory_once(job: dict, d, payload: dict, method: str) -> dict:
         base = _proc_status_kib("VmRSS") * 1024
     s = Built(SystemSpec(**job["spec"]), job["argv"], d, device, at_update=payload.get("at_update", 0))
     batch = make_batches(d, job["src_len"], job["bsz"], 1, payload["seed"], device)[0]
-    for _ in range(payload["steps"]):
+    for _ in range(payload["steps"]):  # updates at_update.. (the timing's first timed updates)
         train_step(s, batch, dtype)
     r = {"system": job["spec"]["name"], "src_len": job["src_len"], "method": method,
          "base_bytes": int(base)}

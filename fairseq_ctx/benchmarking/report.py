@@ -135,8 +135,8 @@ def markdown_report(results: dict) -> str:
         + (f", GPU {m['gpu']} (CUDA {m['cuda']})" if "gpu" in m else ""),
         f"- versions: Python {m['python']}, torch {m['torch']}, fairseq {m['fairseq']}",
         f"- command: `{m['command']}`",
-        f"- steps {m['config']['steps']} (after {m['config']['warmup']} warm-up, from update "
-        f"{m['config'].get('at_update', 0)}), "
+        f"- steps {m['config']['steps']} (after {m['config']['warmup']} warm-up steps; the model told "
+        f"updates {m['config'].get('at_update', 0)}.. from the first warm-up step, at every source length), "
         f"decode repeats {m['config']['decode_repeats']}, vocab {m['vocab']} (joint), "
         f"share-all-embeddings {m['config']['share_all_embeddings']}",
         "",

@@ -90,7 +90,7 @@ def run_benchmark(specs: List[SystemSpec], cfg: BenchConfig, data_dir: str = "/n
             "arch": b.args.arch, "family": b.family, "params": b.n_params,
             "argv": [a for a in argvs[s.name] if a != USER_DIR],
         }
-        note = schedule_note(b.args, cfg.at_update, cfg.at_update + cfg.warmup + cfg.steps - 1)
+        note = schedule_note(b.args, cfg.at_update + cfg.warmup, cfg.at_update + cfg.warmup + cfg.steps - 1)
         if note:
             results["systems"][s.name]["schedule_note"] = note
             log(f"[bench] note: {s.name} is {note}")
@@ -103,6 +103,9 @@ def run_benchmark(specs: List[SystemSpec], cfg: BenchConfig, data_dir: str = "/n
         batches = make_batches(d, L, bsz, cfg.n_batches, cfg.seed, cfg.device)
         ntok = [int(b["ntokens"]) for b in batches]
         # --- training, interleaved step by step ---
+        # every length from the same update: a schedule in u is in the same regime for all
+        for s in active():
+            built[s.name].at_update(cfg.at_update)
         times = {s.name: [] for s in specs}
         for step in range(cfg.warmup + cfg.steps):
             bi = step % len(batches)
@@ -113,7 +116,7 @@ def run_benchmark(specs: List[SystemSpec], cfg: BenchConfig, data_dir: str = "/n
                     fail(s.name, f"train step, src len {L}")
                     continue
                 if step >= cfg.warmup:
-                    times[s.name].append((dt, ntok[bi], step))
+                    times[s.name].append((dt, ntok[bi], step, built[s.name].num_updates - 1))
         # --- decoding, interleaved repeat by repeat ---
         dbsz = cfg.decode_batch_sentences or bsz
         dec_batch = make_batches(d, L, dbsz, 1, cfg.seed + 7, cfg.device)[0]
@@ -137,11 +140,12 @@ def run_benchmark(specs: List[SystemSpec], cfg: BenchConfig, data_dir: str = "/n
             tt = times[s.name]
             row = {
                 "system": s.name, "baseline": s.baseline, "src_len": L, "batch_sentences": bsz,
-                "train_step_ms_median": 1000 * _median([t for t, _, _ in tt]),
-                "train_tok_s": _median([n / t for t, n, _ in tt]),
-                "train_tok_s_iqr": _quartiles([n / t for t, n, _ in tt]),
-                "train_step_s": [t for t, _, _ in tt],
-                "train_steps": [k for _, _, k in tt],
+                "train_step_ms_median": 1000 * _median([t for t, _, _, _ in tt]),
+                "train_tok_s": _median([n / t for t, n, _, _ in tt]),
+                "train_tok_s_iqr": _quartiles([n / t for t, n, _, _ in tt]),
+                "train_step_s": [t for t, _, _, _ in tt],
+                "train_steps": [k for _, _, k, _ in tt],
+                "train_updates": [u for _, _, _, u in tt],  # u the model was told at each timed step
                 "decode_batch_sentences": dbsz,
             }
             for beam in cfg.beams:
@@ -173,7 +177,9 @@ def run_benchmark(specs: List[SystemSpec], cfg: BenchConfig, data_dir: str = "/n
         try:
             mems = measure_memory(jobs, vocab, cfg.seed, cfg.device, cfg.dtype, steps=3,
                                   threads=cfg.threads, isolation=cfg.memory_isolation,
-                                  repeats=cfg.memory_repeats, at_update=cfg.at_update)
+                                  repeats=cfg.memory_repeats,
+                                  # its steps at the first timed updates (after the warm-up)
+                                  at_update=cfg.at_update + cfg.warmup)
         except Exception:
             results["memory_error"] = traceback.format_exc(limit=4)
             log(f"[bench] memory measurement failed:\n{results['memory_error']}")
@@ -201,8 +207,10 @@ def profile_systems(specs, built, batch, cfg):
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cfg.device == "cuda" else [])
     key = "cuda_time_total" if cfg.device == "cuda" else "cpu_time_total"
     for s in specs:
+        u = built[s.name].num_updates
         with profile(activities=acts) as prof:
             for _ in range(3):
                 train_step(built[s.name], batch, cfg.dtype)
+        built[s.name].at_update(u)  # the profiled steps do not move the model on
         log(f"[profile] {s.name} (3 training steps)\n"
             + prof.key_averages().table(sort_by=key, row_limit=20))

@@ -82,15 +82,17 @@ SCHEDULED_OPTIONS = {
 }
 
 
-def schedule_note(args: argparse.Namespace, at_update: int, last_update: int) -> Optional[str]:
-    """Which scheduled options of a system are still in their early regime at any timed
-    update (u from at_update to last_update), or None."""
-    early = [f"{opt} {getattr(args, dest)}" for dest, opt in SCHEDULED_OPTIONS.items()
-             if (getattr(args, dest, 0) or 0) > at_update]
+def schedule_note(args: argparse.Namespace, first: int, last: int) -> Optional[str]:
+    """Which scheduled options of a system are in their early regime (u < N) at any timed
+    update u = first..last, or None."""
+    early = [(opt, getattr(args, dest)) for dest, opt in SCHEDULED_OPTIONS.items()
+             if (getattr(args, dest, 0) or 0) > first]
     if not early:
         return None
-    return (f"timed at updates {at_update}-{last_update}, before the end of {', '.join(early)} "
-            f"(--at-update N times the model as it trains after update N)")
+    where = ", ".join(f"{opt} {n} ({'all of them' if n > last else f'updates {first}-{n - 1} of them'} "
+                      f"before its end)" for opt, n in early)
+    return (f"timed at updates {first}-{last}: {where}; --at-update U with U + warm-up >= N times "
+            f"the model past its schedule")
 
 
 @dataclasses.dataclass
@@ -194,5 +196,9 @@ class Built:
         # way fairseq's trainer does (``set_num_updates``), for the options that follow a
         # schedule in u (e.g. transformer_cross_agg's --routing-ramp-updates /
         # --routing-stop-gradient-updates); ``at_update`` times the model as at update U.
-        self.num_updates = at_update
-        self.model.set_num_updates(at_update)
+        self.at_update(at_update)
+
+    def at_update(self, num_updates: int) -> None:
+        """The model as after ``num_updates`` optimizer updates (the next step is that one)."""
+        self.num_updates = num_updates
+        self.model.set_num_updates(num_updates)

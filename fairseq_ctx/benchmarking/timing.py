@@ -25,9 +25,9 @@ def autocast_ctx(device: str, dtype: str):
 
 
 def train_step(sys_: Built, batch: dict, dtype: str) -> float:
-    """One forward + backward + Adam step (train mode); returns seconds. As in fairseq's
-    ``train_step``, the model is told the updates done so far before the forward
-    (``set_num_updates(u)``) and u + 1 after the update."""
+    """One forward + backward + Adam step (train mode); returns seconds. As fairseq's
+    ``FairseqTask.train_step`` does, the model is told the updates done so far before the
+    forward (``set_num_updates(u)``, timed as fairseq pays it); the count then goes up by one."""
     sys_.model.train()
     sys_.criterion.train()
     _sync(sys_.device)
@@ -39,7 +39,6 @@ def train_step(sys_: Built, batch: dict, dtype: str) -> float:
     sys_.optimizer.step()
     sys_.optimizer.zero_grad(set_to_none=True)
     sys_.num_updates += 1
-    sys_.model.set_num_updates(sys_.num_updates)
     _sync(sys_.device)
     return time.perf_counter() - t0
 

@@ -45,6 +45,7 @@ def parse_training_args(argv, return_parser=False):
     import fairseq_ctx.models  # noqa: F401  (registers the architectures, as --user-dir does)
 
     parser = options.get_training_parser()
+    parser.prog = "fairseq-train"  # whose arguments these are (not this command's)
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
@@ -61,17 +62,26 @@ def model_build_error(argv) -> Optional[str]:
     """The error ``fairseq-train ARGV`` would stop with while building its model, or None:
     ARGV (data directory first) parsed by fairseq's training parser, the task set up on the
     data's dictionaries, and the model built on the meta device (shapes only: no weights,
-    about a second). The optimizer, criterion and lr scheduler are not built."""
+    about a second), and its criterion. The optimizer and lr scheduler (built at the first
+    update), the datasets and the hardware (e.g. --fp16 without a GPU) are not checked."""
+    import logging
+
     from fairseq import tasks
 
+    quiet = logging.getLogger("fairseq")  # setup_task logs each dictionary's size at INFO
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
     try:
         args = parse_training_args(list(argv))
         task = tasks.setup_task(args)
         with torch.device("meta"):
             task.build_model(args)
+        task.build_criterion(args)
     except Exception as error:  # noqa: BLE001  (whatever stops fairseq-train: say why)
         text = str(error).strip().splitlines()
         return f"{type(error).__name__}: {text[0] if text else ''}"[:600]
+    finally:
+        quiet.setLevel(level)
     return None
 
 

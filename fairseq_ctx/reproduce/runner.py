@@ -319,27 +319,43 @@ def fairseq_train_argv(cmd):
     return cmd[starts[0] + 1:]
 
 
-def model_build_problems(cells) -> List[str]:
+def model_build_problems(cells, log=None) -> List[str]:
     """Cells whose model fairseq-train would not build (a row's config with a column's
-    options or the user's extras that it rejects), found before any training: each cell
-    still to train whose data exists (its dictionaries, its training set) is parsed and built as fairseq-train would
-    build it, on the meta device (``params.model_build_error``); a command shared by
-    cells is built once."""
+    options or the user's extras, rejected by fairseq's parser or by the model or criterion
+    build), found before any training: each cell still to train whose data exists (its
+    dictionaries, its training set) is parsed and built as fairseq-train would build it, on
+    the meta device (``params.model_build_error``). Cells whose command names another
+    ``--user-dir`` than this package are not built (a second plugin cannot be imported
+    beside this one); said through ``log``."""
     from .params import model_build_error
 
-    problems, checked = [], {}
+    log = log or (lambda message: print(f"reproduce: {message}", file=sys.stderr, flush=True))
+    problems, checked, other_user_dir = [], {}, []
     for cell in cells:
         col = cell.column
         needs = [f"dict.{col.src}.txt", f"dict.{col.tgt}.txt", f"train.{col.src}-{col.tgt}.{col.src}.idx"]
         if cell.trained or not all(os.path.exists(os.path.join(cell.bin_dir, name)) for name in needs):
             continue  # missing data is the data check's problem
-        argv = fairseq_train_argv(cell.train_cmd)
-        save = [i for i, word in enumerate(argv) if word == "--save-dir"]
-        model = tuple(w for i, w in enumerate(argv) if not any(i in (j, j + 1) for j in save))
+        try:
+            argv = fairseq_train_argv(cell.train_cmd)
+        except ValueError as error:
+            problems.append(f"{cell.name}: {error}")
+            continue
+        if any(word == "--user-dir" and os.path.realpath(value) != os.path.realpath(train_mod.USER_DIR)
+               for word, value in zip(argv, argv[1:])):
+            other_user_dir.append(cell.name)
+            continue
+        # the same model whatever the training directory or rendezvous port
+        model = tuple(w for i, w in enumerate(argv)
+                      if w not in ("--save-dir", "--distributed-port")
+                      and (i == 0 or argv[i - 1] not in ("--save-dir", "--distributed-port")))
         if model not in checked:
             checked[model] = model_build_error(argv)
         if checked[model]:
             problems.append(f"{cell.name}: fairseq-train would not build its model: {checked[model]}")
+    if other_user_dir:
+        log(f"{len(other_user_dir)} cell(s) set another --user-dir; their models are not built before training: "
+            + ", ".join(other_user_dir))
     return problems
 
 
