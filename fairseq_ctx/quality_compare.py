@@ -77,10 +77,14 @@ generation options scores the kept checkpoints again instead of training (the re
 each run's scores are overwritten: pass other ``--json`` / ``--markdown`` / ``--curve-png``),
 and a rerun with a larger ``--updates`` continues each kept training from its last
 checkpoint instead of starting again: fairseq restores optimizer, schedule, data position
-and per-update seeds, so the continued run is the run trained to the new count from the
-start (bit for bit on one machine and thread count; tested across an epoch's end and with
---update-freq), and every score of the shorter run stays, its final one as a curve point
-(each run records "extended_from_updates"). Not where fairseq's resumption is not exact:
+and per-update seeds, so a continuation that starts in the first epoch is the run trained
+to the new count from the start (bit for bit on one machine and thread count; tested with
+--update-freq). One that starts in a later epoch E is not: fairseq builds a process's
+batches once, grouping sentences of equal length with --seed + the epoch it starts in, so
+from E on the same batch lengths hold other sentences than an uninterrupted run's (a valid
+run of that seed, not the same one; an interrupted training resumed later is the same
+case, "resumed_at_update"). Every score of the shorter run stays, its final one as a curve
+point (each run records "extended_from_updates"). Not where fairseq's resumption is not exact:
 a schedule whose length is --max-update (cosine, tri_stage, reduce_lr_on_plateau,
 polynomial_decay without --total-num-update), --patience (its count is not saved), fp16 /
 bf16 / amp (loss-scaler counters not saved; bf16 not verified), --reset-* and
@@ -254,11 +258,12 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
           curve_updates=(), restore_file=None, extra_env=None, langs=None):
     """fairseq-train as scripts/demo.sh runs it. With ``curve_updates`` it also saves
     (and keeps) a checkpoint and validates every gcd(curve_updates) updates; with
-    ``restore_file`` it starts from that checkpoint (optimizer, lr schedule, data order
-    and per-update seeds are in it: on one machine the continuation is bit-identical to an
-    uninterrupted run; across machines CPU floating-point order differs, so a run resumed
-    after a restart on another host follows the same batches with losses that differ in the
-    third digit). The log is appended to (a resumed training adds to the log of its first
+    ``restore_file`` it starts from that checkpoint (optimizer, lr schedule, data position
+    and per-update seeds are in it: on one machine a continuation that starts in the first
+    epoch is bit-identical to an uninterrupted run; one that starts in a later epoch E gets
+    its batches regrouped by fairseq with seed + E (same lengths, other sentences), a valid
+    run of the seed but not the uninterrupted one; across machines CPU floating-point order
+    differs too, so losses differ in the third digit). The log is appended to (a resumed training adds to the log of its first
     part). ``extra_env``: variables set for fairseq-train (CUDA_VISIBLE_DEVICES: one GPU).
     ``langs``: (source, target), passed as --source-lang / --target-lang (else fairseq takes
     the direction from the first file names it finds)."""
