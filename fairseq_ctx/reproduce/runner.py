@@ -36,7 +36,7 @@ from ..evaluation.defaults import checkpoint_choice
 from ..paths import CHECKOUT, WORK_DIR, python_env
 from ..run_lock import RunLock, held_fds
 from . import train as train_mod
-from .train import CONFIGS, PAPER_SETTING, ROOT
+from .train import CONFIGS, PAPER_SETTING, ROOT, fairseq_train_argv
 
 SMOKE_UPDATES = 12  # checkpoints at 2, 4, ..., 12 updates, the last 5 kept: averaging of the last 5 runs for real,
 # with one to spare (fairseq writes no interval checkpoint at an update that ends an epoch)
@@ -305,18 +305,6 @@ def estimated_checkpoint_bytes(cell, param_count):
         elif written:
             keep = min(keep, written)
     return per * (keep + 2) + param_count * 4
-
-
-# the module fairseq-train runs as, in each launcher's command (build_command)
-TRAIN_ENTRIES = ("fairseq_cli.train", "fairseq_ctx.reproduce.distributed_entry")
-
-
-def fairseq_train_argv(cmd):
-    """fairseq-train's own arguments (data directory first) in a cell's training command."""
-    starts = [i for i, word in enumerate(cmd) if word in TRAIN_ENTRIES]
-    if not starts:
-        raise ValueError(f"no fairseq-train entry ({', '.join(TRAIN_ENTRIES)}) in {shlex.join(cmd)}")
-    return cmd[starts[0] + 1:]
 
 
 def model_build_problems(cells, log=None) -> List[str]:

@@ -209,6 +209,18 @@ def build_command(config, setting, data, save_dir, extra=(), launcher="spawn", g
     return [python, "-m", "fairseq_cli.train", *args]
 
 
+# the module fairseq-train runs as, in each launcher's command above
+TRAIN_ENTRIES = ("fairseq_cli.train", "fairseq_ctx.reproduce.distributed_entry")
+
+
+def fairseq_train_argv(cmd):
+    """fairseq-train's own arguments (data directory first) in a cell's training command."""
+    starts = [i for i, word in enumerate(cmd) if word in TRAIN_ENTRIES]
+    if not starts:
+        raise ValueError(f"no fairseq-train entry ({', '.join(TRAIN_ENTRIES)}) in {shlex.join(cmd)}")
+    return cmd[starts[0] + 1:]
+
+
 def add_hardware_options(parser):
     """Options shared by this command and every reproduce script."""
     parser.add_argument("--launcher", choices=["spawn", "torchrun", "slurm"], default="spawn",
