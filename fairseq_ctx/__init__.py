@@ -25,3 +25,4 @@ if importlib.util.find_spec("fairseq") is not None and not os.environ.get("FAIRS
     logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
     from . import models  # noqa: F401,E402  (registers the architectures)
     from . import tokenizers  # noqa: F401,E402  (registers --tokenizer jieba / mecab)
+    from . import tasks  # noqa: F401,E402  (registers --task translation_exact_resume)

@@ -77,13 +77,16 @@ generation options scores the kept checkpoints again instead of training (the re
 each run's scores are overwritten: pass other ``--json`` / ``--markdown`` / ``--curve-png``),
 and a rerun with a larger ``--updates`` continues each kept training from its last
 checkpoint instead of starting again: fairseq restores optimizer, schedule, data position
-and per-update seeds, so a continuation that starts in the first epoch is the run trained
-to the new count from the start (bit for bit on one machine and thread count; tested with
---update-freq). One that starts in a later epoch E is not: fairseq builds a process's
-batches once, grouping sentences of equal length with --seed + the epoch it starts in, so
-from E on the same batch lengths hold other sentences than an uninterrupted run's (a valid
-run of that seed, not the same one; an interrupted training resumed later is the same
-case, "resumed_at_update"). Every score of the shorter run stays, its final one as a curve
+and per-update seeds, and every training runs as ``--task translation_exact_resume`` (unless
+the settings name a task), which groups a resumed training's batches as its first epoch did,
+so a continuation, in whatever epoch it starts, is the run trained to the new count from the
+start (bit for bit on one machine and thread count; tested with --update-freq and across
+epochs); an interrupted training resumed later is the same case ("resumed_at_update"). With
+fairseq's ``translation`` (settings naming it, and runs recorded before the task existed,
+2026-11-29) one that starts in a later epoch E is not: fairseq builds a process's batches
+once, grouping sentences of equal length with --seed + the epoch it starts in, so from E on
+the same batch lengths hold other sentences (a valid run of that seed, not the same one).
+Every score of the shorter run stays, its final one as a curve
 point (each run records "extended_from_updates"). Not where fairseq's resumption is not exact:
 a schedule whose length is --max-update (cosine, tri_stage, reduce_lr_on_plateau,
 polynomial_decay without --total-num-update), --patience (its count is not saved), fp16 /
@@ -142,7 +145,7 @@ from .checkpoint_repair import (
 from .evaluation.defaults import PAPER_DEFAULTS
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
 from .run_lock import RunInUse, RunLock, held_fds
-from .reproduce.train import RESUMPTION_BREAKERS, option_value, read_args_file
+from .reproduce.train import EXACT_RESUME_TASK, RESUMPTION_BREAKERS, option_value, read_args_file
 
 DEMO = PAPER_DEFAULTS["demo"]  # evaluated with the demo's settings
 
@@ -259,11 +262,12 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
     """fairseq-train as scripts/demo.sh runs it. With ``curve_updates`` it also saves
     (and keeps) a checkpoint and validates every gcd(curve_updates) updates; with
     ``restore_file`` it starts from that checkpoint (optimizer, lr schedule, data position
-    and per-update seeds are in it: on one machine a continuation that starts in the first
-    epoch is bit-identical to an uninterrupted run; one that starts in a later epoch E gets
-    its batches regrouped by fairseq with seed + E (same lengths, other sentences), a valid
-    run of the seed but not the uninterrupted one; across machines CPU floating-point order
-    differs too, so losses differ in the third digit). The log is appended to (a resumed training adds to the log of its first
+    and per-update seeds are in it; the training runs as ``--task translation_exact_resume``
+    unless the settings name a task, so on one machine a continuation, in whatever epoch it
+    starts, is bit-identical to an uninterrupted run (fairseq's ``translation`` regroups the
+    batches of a training resumed in epoch E > 1 with seed + E: a valid run of the seed, not
+    the uninterrupted one; runs recorded before this task existed were resumed so); across
+    machines CPU floating-point order differs too, so losses differ in the third digit). The log is appended to (a resumed training adds to the log of its first
     part). ``extra_env``: variables set for fairseq-train (CUDA_VISIBLE_DEVICES: one GPU).
     ``langs``: (source, target), passed as --source-lang / --target-lang (else fairseq takes
     the direction from the first file names it finds)."""
@@ -278,6 +282,8 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
         extra += ["--restore-file", os.path.abspath(restore_file)]
     if langs:
         extra += ["--source-lang", langs[0], "--target-lang", langs[1]]
+    if not any(c == "--task" or c.startswith("--task=") for c in [*common, *arch_args]):
+        extra += ["--task", EXACT_RESUME_TASK]  # resumptions in later epochs exact too
     cmd = [sys.executable, "-m", "fairseq_cli.train", data_bin, "--user-dir",
            PACKAGE_DIR, *common, *arch_args,
            "--max-update", str(updates), "--seed", str(seed), "--save-dir", save_dir, *extra]

@@ -36,7 +36,7 @@ from ..evaluation.defaults import checkpoint_choice
 from ..paths import CHECKOUT, WORK_DIR, python_env
 from ..run_lock import RunLock, held_fds
 from . import train as train_mod
-from .train import CONFIGS, PAPER_SETTING, ROOT, fairseq_train_argv
+from .train import CONFIGS, EXACT_RESUME_TASK, PAPER_SETTING, ROOT, fairseq_train_argv
 
 SMOKE_UPDATES = 12  # checkpoints at 2, 4, ..., 12 updates, the last 5 kept: averaging of the last 5 runs for real,
 # with one to spare (fairseq writes no interval checkpoint at an update that ends an epoch)
@@ -144,13 +144,17 @@ NOT_IN_KEY_FLAGS = {"--no-progress-bar", "--distributed-no-spawn"}
 
 def fairseq_train_args(cmd, bin_dir):
     """The fairseq-train arguments of a training command that decide what is trained: from the
-    data directory on, without the launcher in front of it and without NOT_IN_KEY_* (logging,
-    data workers, rendezvous, world size: the hardware tag holds nodes x GPUs)."""
+    data directory on, without the launcher in front of it, without NOT_IN_KEY_* (logging,
+    data workers, rendezvous, world size: the hardware tag holds nodes x GPUs) and without
+    ``--task translation_exact_resume`` (it trains what fairseq's translation trains)."""
     words, out = list(cmd[cmd.index(bin_dir):]), []
     skip = False
-    for word in words:
+    for i, word in enumerate(words):
         if skip:
             skip = False
+        elif word == "--task" and words[i + 1:i + 2] == [EXACT_RESUME_TASK]:
+            # what translation trains (cells trained before the task existed keep their key)
+            skip = True
         elif word in NOT_IN_KEY_WITH_VALUE:
             skip = True
         elif word not in NOT_IN_KEY_FLAGS and not word.split("=", 1)[0] in NOT_IN_KEY_WITH_VALUE:

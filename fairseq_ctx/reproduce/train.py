@@ -170,6 +170,12 @@ def _visible_gpus():
         return 0
 
 
+# fairseq's translation task, except that a training resumed in a later epoch keeps the batches
+# the uninterrupted one has (fairseq_ctx/tasks/translation_exact_resume.py): every training
+# command runs it unless its settings name a task
+EXACT_RESUME_TASK = "translation_exact_resume"
+
+
 def build_command(config, setting, data, save_dir, extra=(), launcher="spawn", gpus=None, nnodes=1,
                   node_rank=0, master_addr="127.0.0.1", master_port=29500, max_tokens_per_gpu=16384,
                   reference=None, backend=None, python=sys.executable, hw=None, allow_batch_change=False):
@@ -177,8 +183,11 @@ def build_command(config, setting, data, save_dir, extra=(), launcher="spawn", g
     hw = hw or hardware(setting, paper_of(config), gpus, nnodes, max_tokens_per_gpu, reference,
                         allow_batch_change=allow_batch_change)
     # --required-batch-size-multiple 1: fairseq drops the last batch of validation otherwise
-    args = [data, "--user-dir", USER_DIR, *model_args(config), *hardware_args(hw),
+    words = model_args(config)
+    args = [data, "--user-dir", USER_DIR, *words, *hardware_args(hw),
             "--save-dir", save_dir, "--required-batch-size-multiple", "1", *extra]
+    if not any(w == "--task" or w.startswith("--task=") for w in [*words, *extra]):
+        args += ["--task", EXACT_RESUME_TASK]
     if backend:
         args += ["--distributed-backend", backend]
     if hw.precision == "cpu" and hw.world > 1:

@@ -1,0 +1,114 @@
+"""--task translation_exact_resume: a training stopped and resumed in later epochs ends with the
+weights of the training that was never stopped (fairseq's translation task regroups the
+batches with the epoch it resumes in); an uninterrupted training is translation's, bit for bit."""
+import os
+import re
+import subprocess
+
+import pytest
+import torch
+
+from tests.conftest import TRAIN_DEFAULTS, USER_DIR, fairseq_cli, run
+
+TINY_TRANSFORMER = ["--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
+                    "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
+                    "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+                    "--decoder-attention-heads", "2", "--disable-validation"]
+UPDATES = 32
+# the training set is 12 batches of up to 1,000 tokens: 32 updates run three epochs
+BATCH = ["--max-tokens", "1000"]
+
+
+def _train(data, save_dir, task, stops):
+    """fairseq-train to each number of updates in ``stops`` in turn (each start after the first
+    resumes checkpoint_last.pt); returns (final weights, the epochs each resumption started in)."""
+    train = fairseq_cli("train", str(data), "--user-dir", USER_DIR, *TRAIN_DEFAULTS, *BATCH, *TINY_TRANSFORMER,
+                        "--task", task, "--save-dir", str(save_dir))
+    epochs = []
+    for updates in stops:
+        out = run([*train, "--max-update", str(updates)])
+        epochs += [int(e) for e in re.findall(r"[Ll]oaded checkpoint \S+ \(epoch (\d+) @ \d+ updates\)",
+                                              out.stdout + out.stderr)]
+    state = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == stops[-1]
+    return state["model"], epochs
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_data_bin, tmp_path_factory):
+    return _train(tiny_data_bin, tmp_path_factory.mktemp("whole"), "translation_exact_resume", [UPDATES])[0]
+
+
+def test_a_training_resumed_in_later_epochs_ends_with_the_uninterrupted_weights(tiny_data_bin, tmp_path, uninterrupted):
+    resumed, epochs = _train(tiny_data_bin, tmp_path, "translation_exact_resume", [16, 24, UPDATES])
+    assert epochs == [2, 3], epochs  # one inside epoch 2, one at the end of it
+    assert _same(resumed, uninterrupted)
+
+
+def test_fairseqs_translation_regroups_the_batches_of_a_resumed_training_and_is_otherwise_the_same(
+        tiny_data_bin, tmp_path, uninterrupted):
+    """What the task is for, seen: the stock task's resumed training is another run; its
+    uninterrupted training is this task's, bit for bit (recorded runs stay what they were)."""
+    whole, _ = _train(tiny_data_bin, tmp_path / "whole", "translation", [UPDATES])
+    assert _same(whole, uninterrupted)
+    resumed, epochs = _train(tiny_data_bin, tmp_path / "resumed", "translation", [16, UPDATES])
+    assert epochs and epochs[0] > 1
+    assert not _same(resumed, uninterrupted)
+
+
+def _task_of(cmd):
+    at = [i for i, w in enumerate(cmd) if w == "--task"]
+    return [cmd[i + 1] for i in at]
+
+
+def test_every_reproduce_launcher_trains_with_the_task_and_a_task_the_settings_name_is_kept():
+    from fairseq_ctx.reproduce import train
+
+    config = os.path.join(train.CONFIGS, "yang2019", "transformer_base.args")
+    for launcher in ("spawn", "torchrun", "slurm"):
+        cmd = train.build_command(config, "p40", "BIN", "SAVE", launcher=launcher, nnodes=2 if launcher != "spawn" else 1)
+        assert _task_of(cmd) == [train.EXACT_RESUME_TASK], launcher
+    cmd = train.build_command(config, "p40", "BIN", "SAVE", extra=["--task", "translation"])
+    assert _task_of(cmd) == ["translation"]
+
+
+def test_the_task_leaves_the_reproduce_training_key_as_it_was():
+    """Cells trained before the task existed (commands without --task) keep their directories."""
+    from fairseq_ctx.reproduce import runner, train
+
+    cmd = train.build_command(os.path.join(train.CONFIGS, "cao", "cross_zero.args"), "cao", "BIN", "SAVE")
+    at = cmd.index("--task")
+    before = cmd[:at] + cmd[at + 2:]
+    assert runner.training_key(cmd, "BIN", "data") == runner.training_key(before, "BIN", "data")
+    other = cmd[:at + 1] + ["translation_multi_simple_epoch"] + cmd[at + 2:]
+    assert runner.training_key(other, "BIN", "data") != runner.training_key(cmd, "BIN", "data")
+
+
+def test_quality_compare_trains_with_the_task_unless_the_settings_name_one(monkeypatch, tmp_path):
+    from fairseq_ctx import quality_compare as qc
+
+    commands = []
+
+    def fake_run(cmd, **kwargs):
+        commands.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(qc.subprocess, "run", fake_run)
+    for arch_args in (["--arch", "transformer"], ["--arch", "transformer", "--task=translation"]):
+        qc.train("BIN", ["--optimizer", "adam"], arch_args, 10, 1, str(tmp_path), str(tmp_path / "train.log"))
+    assert _task_of(commands[0]) == [qc.EXACT_RESUME_TASK] and _task_of(commands[1]) == []
+    assert "--task=translation" in commands[1]
+
+
+def test_the_task_is_registered_under_the_name_the_commands_use():
+    import fairseq_ctx  # noqa: F401  (registers it)
+    from fairseq.tasks import TASK_REGISTRY
+
+    from fairseq_ctx.reproduce.train import EXACT_RESUME_TASK
+    from fairseq_ctx.tasks.translation_exact_resume import ExactResumeTranslationTask
+
+    assert TASK_REGISTRY[EXACT_RESUME_TASK] is ExactResumeTranslationTask
