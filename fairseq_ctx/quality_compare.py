@@ -80,18 +80,21 @@ checkpoint instead of starting again: fairseq restores optimizer, schedule, data
 and per-update seeds, and every training runs as ``--task translation_exact_resume`` (unless
 the settings name a task), which groups a resumed training's batches as its first epoch did,
 so a continuation, in whatever epoch it starts, is the run trained to the new count from the
-start (bit for bit on one machine and thread count; tested with --update-freq and across
-epochs); an interrupted training resumed later is the same case ("resumed_at_update"). With
-fairseq's ``translation`` (settings naming it, and runs recorded before the task existed,
-2026-11-29) one that starts in a later epoch E is not: fairseq builds a process's batches
-once, grouping sentences of equal length with --seed + the epoch it starts in, so from E on
-the same batch lengths hold other sentences (a valid run of that seed, not the same one).
+start (bit for bit on one machine and thread count, CPU fp32; tested with --update-freq
+inside epoch 1, and with --update-freq and validation across epochs); an interrupted training
+resumed later is the same case ("resumed_at_update"). With fairseq's ``translation``
+(settings naming it, and runs resumed before the task existed, 2026-11-29, which stay other
+runs however they are continued now) one that starts in a later epoch E is not: fairseq
+builds a process's batches once, grouping sentences of equal length with --seed + the epoch
+it starts in, so from E on the same batch lengths hold other sentences (a valid run of that
+seed, not the same one).
 Every score of the shorter run stays, its final one as a curve
 point (each run records "extended_from_updates"). Not where fairseq's resumption is not exact:
 a schedule whose length is --max-update (cosine, tri_stage, reduce_lr_on_plateau,
 polynomial_decay without --total-num-update), --patience (its count is not saved), fp16 /
 bf16 / amp (loss-scaler counters not saved; bf16 not verified), --reset-* and
---optimizer-overrides, a --restore-file (read again at every start). Those runs, and runs
+--optimizer-overrides, a --restore-file (read again at every start), --update-ordered-indices-seed
+(batches regrouped with another seed). Those runs, and runs
 without kept checkpoints, are trained again from the start, and the reason is said first.
 
 Seeds run elsewhere (another machine, an earlier out-dir that is gone): ``--import-runs
@@ -263,10 +266,10 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
     (and keeps) a checkpoint and validates every gcd(curve_updates) updates; with
     ``restore_file`` it starts from that checkpoint (optimizer, lr schedule, data position
     and per-update seeds are in it; the training runs as ``--task translation_exact_resume``
-    unless the settings name a task, so on one machine a continuation, in whatever epoch it
-    starts, is bit-identical to an uninterrupted run (fairseq's ``translation`` regroups the
-    batches of a training resumed in epoch E > 1 with seed + E: a valid run of the seed, not
-    the uninterrupted one; runs recorded before this task existed were resumed so); across
+    unless the settings name a task, so on one machine (CPU, fp32) a continuation, in whatever
+    epoch it starts, is bit-identical to an uninterrupted run (fairseq's ``translation``
+    regroups the batches of a training resumed in epoch E > 1 with seed + E: a valid run of the
+    seed, not the uninterrupted one; runs recorded before this task existed were resumed so); across
     machines CPU floating-point order differs too, so losses differ in the third digit). The log is appended to (a resumed training adds to the log of its first
     part). ``extra_env``: variables set for fairseq-train (CUDA_VISIBLE_DEVICES: one GPU).
     ``langs``: (source, target), passed as --source-lang / --target-lang (else fairseq takes

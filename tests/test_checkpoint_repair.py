@@ -230,6 +230,7 @@ def test_fairseq_ctx_train_refuses_to_move_the_checkpoints_it_repairs(tmp_path, 
     ("cao_table2", ["--reset-optimizer"], "every resumption"),
     ("cao_table2", ["--reset-lr-scheduler"], "every resumption"),
     ("cao_table2", ["--reset-dataloader"], "every resumption"),
+    ("cao_table2", ["--update-ordered-indices-seed"], "group its batches with another seed"),
     ("iida2019_table2", ["--restore-file", "/models/pretrained.pt"], "--finetune-from-model"),
 ])
 def test_the_runner_refuses_options_that_leave_the_evaluation_without_its_checkpoints(tmp_path, table_key, extra,

@@ -13,10 +13,11 @@ from tests.conftest import TRAIN_DEFAULTS, USER_DIR, fairseq_cli, run
 TINY_TRANSFORMER = ["--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
                     "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
                     "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
-                    "--decoder-attention-heads", "2", "--disable-validation"]
-UPDATES = 32
-# the training set is 12 batches of up to 1,000 tokens: 32 updates run three epochs
-BATCH = ["--max-tokens", "1000"]
+                    "--decoder-attention-heads", "2"]
+UPDATES = 16
+# the training set is 12 batches of up to 1,000 tokens, 6 updates of two batches: 16 updates run
+# three epochs, validated at the end of each (validation draws on the RNG and the iterators too)
+BATCH = ["--max-tokens", "1000", "--update-freq", "2"]
 
 
 def _train(data, save_dir, task, stops):
@@ -44,7 +45,7 @@ def uninterrupted(tiny_data_bin, tmp_path_factory):
 
 
 def test_a_training_resumed_in_later_epochs_ends_with_the_uninterrupted_weights(tiny_data_bin, tmp_path, uninterrupted):
-    resumed, epochs = _train(tiny_data_bin, tmp_path, "translation_exact_resume", [16, 24, UPDATES])
+    resumed, epochs = _train(tiny_data_bin, tmp_path, "translation_exact_resume", [8, 12, UPDATES])
     assert epochs == [2, 3], epochs  # one inside epoch 2, one at the end of it
     assert _same(resumed, uninterrupted)
 
@@ -55,7 +56,7 @@ def test_fairseqs_translation_regroups_the_batches_of_a_resumed_training_and_is_
     uninterrupted training is this task's, bit for bit (recorded runs stay what they were)."""
     whole, _ = _train(tiny_data_bin, tmp_path / "whole", "translation", [UPDATES])
     assert _same(whole, uninterrupted)
-    resumed, epochs = _train(tiny_data_bin, tmp_path / "resumed", "translation", [16, UPDATES])
+    resumed, epochs = _train(tiny_data_bin, tmp_path / "resumed", "translation", [8, UPDATES])
     assert epochs and epochs[0] > 1
     assert not _same(resumed, uninterrupted)
 

@@ -1926,6 +1926,7 @@ def test_a_continuation_cut_off_leaves_no_record_that_passes_its_checkpoint_off_
     ("restore", "--restore-file init.pt", "under --restore-file"),
     ("restore=", "--restore-file=init.pt", "under --restore-file"),
     ("no optimizer state", "--no-save-optimizer-state", "under --no-save-optimizer-state"),
+    ("ordered-indices seed", "--update-ordered-indices-seed", "under --update-ordered-indices-seed"),
     ("overrides=", "--optimizer-overrides={'lr':[1e-3]}", "under --optimizer-overrides"),
 ])
 def test_a_shorter_run_that_cannot_be_continued_exactly_is_trained_from_the_start_and_it_is_said(
@@ -2665,6 +2666,9 @@ def test_a_config_fairseq_train_would_reject_stops_the_comparison_before_any_tra
         " ".join(["--arch", "transformer_cross_agg", *dims, "--routing-stop-gradient",
                   "--routing-stop-gradient-updates", "20"]) + "\n")
     (cfg / "03-unknown_option.args").write_text(" ".join(["--arch", "transformer", *dims, "--no-such-option"]) + "\n")
+    # parsed and built, refused by the lr scheduler fairseq-train builds at its first update
+    (cfg / "05-schedule_without_phases.args").write_text(
+        " ".join(["--arch", "transformer", *dims, "--lr-scheduler", "tri_stage"]) + "\n")
     (cfg / "04-cross_agg-good.args").write_text(
         " ".join(["--arch", "transformer_cross_agg", *dims, "--routing-stop-gradient-updates", "40"]) + "\n")
     out = tmp_path / "out"
@@ -2679,6 +2683,7 @@ def test_a_config_fairseq_train_would_reject_stops_the_comparison_before_any_tra
     assert "01-cross_agg-bad_iters: ValueError: --routing-iters must be >= 1, got 0" in message
     assert "02-cross_agg-two_stops: ValueError: --routing-stop-gradient stops" in message
     assert re.search(r"03-unknown_option: ValueError: fairseq could not parse .*--no-such-option", message)
+    assert "05-schedule_without_phases: AssertionError: please specify steps or phase_ratio" in message
     assert "00-transformer" not in message.split("nothing was trained")[1]
     assert "04-cross_agg-good" not in message  # N past the budget: a warning, built
     assert not list(out.glob("runs/*/seed*/train.log"))  # nothing trained

@@ -575,6 +575,19 @@ def test_preflight_builds_every_cells_model_before_any_training(tmp_path):
         runner.model_build_problems(bad)
 
 
+def test_preflight_builds_every_cells_optimizer_and_schedule(tmp_path):
+    # two learning rates: accepted by fairseq's parser and by the model build, refused by
+    # inverse_sqrt when fairseq-train builds its lr scheduler at the first update (hours in
+    # for a table's later cells)
+    table = tables.TABLES["cao_table2"]
+    cells = runner.build_cells(table, table.rows, _options(train_extra=["--lr", "1e-3,2e-3"]), str(tmp_path / "r"),
+                               str(tmp_path / "data"))
+    _dictionaries_and_training_set_names(cells)
+    problems = runner.model_build_problems(cells)
+    assert len(problems) == len(cells) > 1
+    assert all("Cannot use a fixed learning rate schedule with inverse_sqrt" in p for p in problems), problems
+
+
 def test_the_fairseq_train_arguments_of_every_launchers_command():
     config = os.path.join(train.CONFIGS, "cao", "cross_zero.args")
     for launcher in ("spawn", "torchrun", "slurm"):

@@ -26,8 +26,9 @@ def main():
     from fairseq_cli.train import cli_main
 
     # this package was imported before fairseq, so --user-dir finds it "already
-    # imported" and does nothing; the package import registered the models (explicit here)
+    # imported" and does nothing; the package import registered the models and tasks (explicit here)
     import fairseq_ctx.models  # noqa: F401
+    import fairseq_ctx.tasks  # noqa: F401
 
     cli_main()
 

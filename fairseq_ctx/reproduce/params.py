@@ -43,6 +43,7 @@ def parse_training_args(argv, return_parser=False):
     from fairseq import options
 
     import fairseq_ctx.models  # noqa: F401  (registers the architectures, as --user-dir does)
+    import fairseq_ctx.tasks  # noqa: F401  (and --task translation_exact_resume)
 
     parser = options.get_training_parser()
     parser.prog = "fairseq-train"  # whose arguments these are (not this command's)
@@ -62,26 +63,43 @@ def model_build_error(argv) -> Optional[str]:
     """The error ``fairseq-train ARGV`` would stop with while building its model, or None:
     ARGV (data directory first) parsed by fairseq's training parser, the task set up on the
     data's dictionaries, and the model built on the meta device (shapes only: no weights,
-    about a second), and its criterion. The optimizer and lr scheduler (built at the first
-    update), the datasets and the hardware (e.g. --fp16 without a GPU) are not checked."""
+    about a second), its criterion, and the optimizer and lr scheduler fairseq-train builds
+    at its first update, over the model's trained parameters, the schedule set to update 0
+    (two --lr values under inverse_sqrt fail there, or polynomial_decay without
+    --total-num-update already in fairseq's config conversion). Built as
+    without --fp16 / --bf16 / --amp (their wrappers hold copies of the weights); the
+    datasets and the hardware (e.g. --fp16 without a GPU) are not checked."""
+    import itertools
     import logging
+    import warnings
 
-    from fairseq import tasks
+    from fairseq import optim, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.optim import lr_scheduler
 
-    quiet = logging.getLogger("fairseq")  # setup_task logs each dictionary's size at INFO
-    level = quiet.level
-    quiet.setLevel(logging.WARNING)
+    # setup_task logs each dictionary's size at INFO, a failed config conversion its overrides at
+    # ERROR (the error is returned), hydra its job names at DEBUG and deprecations as warnings
+    quiet = [logging.getLogger(name) for name in ("fairseq", "hydra")]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.CRITICAL)
     try:
         args = parse_training_args(list(argv))
         task = tasks.setup_task(args)
         with torch.device("meta"):
-            task.build_model(args)
-        task.build_criterion(args)
+            model = task.build_model(args)
+        criterion = task.build_criterion(args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cfg = convert_namespace_to_omegaconf(args)  # as fairseq-train's cli_main
+        params = [p for p in itertools.chain(model.parameters(), criterion.parameters()) if p.requires_grad]
+        lr_scheduler.build_lr_scheduler(cfg.lr_scheduler, optim.build_optimizer(cfg.optimizer, params)).step_update(0)
     except Exception as error:  # noqa: BLE001  (whatever stops fairseq-train: say why)
         text = str(error).strip().splitlines()
         return f"{type(error).__name__}: {text[0] if text else ''}"[:600]
     finally:
-        quiet.setLevel(level)
+        for logger, level in zip(quiet, levels):
+            logger.setLevel(level)
     return None
 
 

@@ -155,6 +155,8 @@ def fairseq_train_args(cmd, bin_dir):
         elif word == "--task" and words[i + 1:i + 2] == [EXACT_RESUME_TASK]:
             # what translation trains (cells trained before the task existed keep their key)
             skip = True
+        elif word == f"--task={EXACT_RESUME_TASK}":
+            pass
         elif word in NOT_IN_KEY_WITH_VALUE:
             skip = True
         elif word not in NOT_IN_KEY_FLAGS and not word.split("=", 1)[0] in NOT_IN_KEY_WITH_VALUE:

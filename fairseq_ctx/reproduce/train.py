@@ -320,6 +320,9 @@ RESUMPTION_BREAKERS = {
     "--reset-dataloader": "every resumption would start the epoch's data over",
     "--reset-meters": "every resumption would forget the best validation loss, so the next validation "
                       "overwrites checkpoint_best.pt whatever its loss",
+    "--update-ordered-indices-seed": "a training resumed in a later epoch would group its batches with another "
+                                     "seed than the uninterrupted training's (fairseq_ctx/tasks/"
+                                     "translation_exact_resume.py)",
     "--restore-file": "every resumption would restart from that file instead of checkpoint_last.pt "
                       "(start from another model with --finetune-from-model, or --continue-once to keep "
                       "its optimizer state: both act on the first launch only)",

@@ -9,20 +9,28 @@ seed + epoch). A training resumed in epoch E > 1 therefore regroups its sentence
 the same batch lengths filled with other sentences from then on, a valid run of its seed but
 not the uninterrupted one (on the demo corpus 160 of 168 batches differ at epoch 15). Here the
 batches of a resumed training are grouped as in epoch 1, so a run preempted and resumed any
-number of times ends with the weights of the run that was never stopped (on one machine;
-tested), and the two members of a controlled pair keep seeing the same batches.
+number of times sees the batches, in the order, of the run that was never stopped; where the
+training itself is deterministic (CPU, fp32: tested, also with --update-freq and validation)
+it ends with that run's weights bit for bit. A run that ``translation`` already resumed in a
+later epoch stays another run (its regrouped batches cannot be recovered).
 
-Nothing else differs: an uninterrupted training, validation, generation and every model are
-those of ``translation`` (the same options, dataclass and data loading). Left to fairseq as
-it is: data split into shards (``data-bin1:data-bin2``: fairseq loads and batches each epoch's
-shard afresh, with that epoch's seed, in a resumed training too), ``--rebuild-batches`` and
-``--update-epoch-batch-itr`` (batches rebuilt every epoch), datasets that do not reuse their
-batches across epochs.
+The same options, dataclass, data loading, validation and generation as ``translation``; an
+uninterrupted training is translation's bit for bit (tested). Checkpoints name this task, so
+loading them through fairseq's hub or ``load_model_ensemble_and_task`` needs the plugin
+(``user_dir=``); fairseq-generate and fairseq-interactive take the task from their own
+command line. Left as fairseq has them, exact already: data split into shards
+(``data-bin1:data-bin2``), ``--update-epoch-batch-itr`` and ``--grouped-shuffling`` (batches
+rebuilt every epoch with that epoch's seed, resumed or not). Not exact, here as in
+``translation``: ``--update-ordered-indices-seed`` (the grouping seed itself moves with the
+epoch the process starts in, which the task does not see); fairseq-ctx's commands refuse it.
 """
+import logging
+
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 NAME = "translation_exact_resume"
+logger = logging.getLogger(__name__)
 
 
 @register_task(NAME, dataclass=TranslationConfig)
@@ -36,11 +44,12 @@ class ExactResumeTranslationTask(TranslationTask):
             and dataset not in self.dataset_to_epoch_iter  # a cached iterator keeps its batches
             and not kwargs.get("disable_iterator_cache")  # sharded data: batched afresh each epoch
             and not kwargs.get("update_epoch_batch_itr")
-            and not getattr(self.cfg, "rebuild_batches", False)
             and self.can_reuse_epoch_itr(dataset)
         )
         if not regroup_as_epoch_1:
             return super().get_batch_iterator(dataset, *args, **kwargs)
+        logger.info(f"resumed in epoch {epoch}: the batches are grouped as the uninterrupted training's, "
+                    f"in epoch 1 (--task {NAME})")
         epoch_iter = super().get_batch_iterator(dataset, **{**kwargs, "epoch": 1})
         # as if built in `epoch` (the checkpoint's iterator state then sets the position in it)
         epoch_iter.epoch = epoch
