@@ -321,9 +321,8 @@ def build_errors(configs, common, data_bin, updates, langs, log=print):
     weights, seconds for a whole study). A bad option in the fifth arm then stops the
     comparison at its start, not hours in. A config with its own ``--user-dir`` is not
     checked (said in the log): this process has the plugin imported already, and a second
-    copy of it cannot be imported beside it. The criterion is built too; the optimizer and
-    lr scheduler are not: their options are the common ones, which the first training
-    checks within seconds."""
+    copy of it cannot be imported beside it. The criterion, optimizer and lr scheduler are
+    built too (``model_build_error``)."""
     from .reproduce.params import model_build_error
 
     errors = {}
@@ -2298,7 +2297,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
         except ImportedRunMismatch as error:  # found before any training
             p.error(f"--import-runs: {error}")
         except ConfigBuildErrors as error:  # found before any training
-            p.error("fairseq-train would stop building these configs' models (nothing was trained):\n"
+            p.error("fairseq-train would stop before the first update on these configs (nothing was trained):\n"
                     + "\n".join(f"  {name}: {why}" for name, why in error.errors.items()))
         except RunInUse as error:  # found before any training
             p.error(str(error))

@@ -552,7 +552,7 @@ def test_preflight_builds_every_cells_model_before_any_training(tmp_path):
     assert stock and len(stock) < len(cells)
     assert len(problems) == len(stock)
     for cell, problem in zip(stock, problems):
-        assert problem.startswith(f"{cell.name}: fairseq-train would not build its model: ValueError: ")
+        assert problem.startswith(f"{cell.name}: fairseq-train would stop before its first update: ValueError: ")
         assert "fairseq-train: error: unrecognized arguments: --routing-iters 2" in problem
     # a trained cell, a cell without data and a cell with another plugin are not built
     os.makedirs(stock[0].train_dir, exist_ok=True)

@@ -315,8 +315,8 @@ def estimated_checkpoint_bytes(cell, param_count):
 
 def model_build_problems(cells, log=None) -> List[str]:
     """Cells whose model fairseq-train would not build (a row's config with a column's
-    options or the user's extras, rejected by fairseq's parser or by the model or criterion
-    build), found before any training: each cell still to train whose data exists (its
+    options or the user's extras, rejected by fairseq's parser or by the model, criterion,
+    optimizer or lr scheduler build), found before any training: each cell still to train whose data exists (its
     dictionaries, its training set) is parsed and built as fairseq-train would build it, on
     the meta device (``params.model_build_error``). Cells whose command names another
     ``--user-dir`` than this package are not built (a second plugin cannot be imported
@@ -346,7 +346,7 @@ def model_build_problems(cells, log=None) -> List[str]:
         if model not in checked:
             checked[model] = model_build_error(argv)
         if checked[model]:
-            problems.append(f"{cell.name}: fairseq-train would not build its model: {checked[model]}")
+            problems.append(f"{cell.name}: fairseq-train would stop before its first update: {checked[model]}")
     if other_user_dir:
         log(f"{len(other_user_dir)} cell(s) set another --user-dir; their models are not built before training: "
             + ", ".join(other_user_dir))
