@@ -539,13 +539,18 @@ def test_every_cell_of_every_paper_table_builds_its_model(tmp_path, options):
     assert checked > 100
 
 
+def _cao_table2_cells_with_data(tmp_path, train_extra):
+    table = tables.TABLES["cao_table2"]
+    cells = runner.build_cells(table, table.rows, _options(train_extra=train_extra), str(tmp_path / "r"),
+                               str(tmp_path / "data"))
+    _dictionaries_and_training_set_names(cells)
+    return table, cells
+
+
 def test_preflight_builds_every_cells_model_before_any_training(tmp_path):
     # an extra option that only the cross-aggregation rows accept: the Transformer rows'
     # cells would stop at their own start, hours in; the preflight names them first
-    table = tables.TABLES["cao_table2"]
-    cells = runner.build_cells(table, table.rows, _options(train_extra=["--routing-iters", "2"]), str(tmp_path / "r"),
-                               str(tmp_path / "data"))
-    _dictionaries_and_training_set_names(cells)
+    table, cells = _cao_table2_cells_with_data(tmp_path, ["--routing-iters", "2"])
     problems = runner.model_build_problems(cells)
     stock = [c for c in cells if "--arch" in c.train_cmd
              and c.train_cmd[c.train_cmd.index("--arch") + 1] == "transformer"]
@@ -579,10 +584,7 @@ def test_preflight_builds_every_cells_optimizer_and_schedule(tmp_path):
     # two learning rates: accepted by fairseq's parser and by the model build, refused by
     # inverse_sqrt when fairseq-train builds its lr scheduler at the first update (hours in
     # for a table's later cells)
-    table = tables.TABLES["cao_table2"]
-    cells = runner.build_cells(table, table.rows, _options(train_extra=["--lr", "1e-3,2e-3"]), str(tmp_path / "r"),
-                               str(tmp_path / "data"))
-    _dictionaries_and_training_set_names(cells)
+    _, cells = _cao_table2_cells_with_data(tmp_path, ["--lr", "1e-3,2e-3"])
     problems = runner.model_build_problems(cells)
     assert len(problems) == len(cells) > 1
     assert all("Cannot use a fixed learning rate schedule with inverse_sqrt" in p for p in problems), problems
