@@ -314,15 +314,15 @@ def train(data_bin, common, arch_args, updates, seed, save_dir, log_path, thread
 
 
 def build_errors(configs, common, data_bin, updates, langs, log=print):
-    """{config: the error fairseq-train would stop with while building its model}, found
+    """{config: the error fairseq-train would stop with before its first update}, found
     before anything trains: each config's training options (as ``train`` passes them, with
     ``--max-update UPDATES``) parsed by fairseq's training parser and the model built by the
     translation task on DATA_BIN's dictionaries, on the meta device (shapes only: no
     weights, seconds for a whole study). A bad option in the fifth arm then stops the
     comparison at its start, not hours in. A config with its own ``--user-dir`` is not
     checked (said in the log): this process has the plugin imported already, and a second
-    copy of it cannot be imported beside it. The criterion, optimizer and lr scheduler are
-    built too (``model_build_error``)."""
+    copy of it cannot be imported beside it. The options' conversion to fairseq's config, the
+    lr scheduler and the criterion are checked too (``model_build_error``)."""
     from .reproduce.params import model_build_error
 
     errors = {}
@@ -1220,7 +1220,7 @@ class ImportedRunMismatch(ValueError):
 
 
 class ConfigBuildErrors(ValueError):
-    """Configs whose models fairseq-train would not build (``build_errors``), found before any training."""
+    """Configs fairseq-train would stop on before its first update (``build_errors``), found before any training."""
 
     def __init__(self, errors):
         super().__init__("; ".join(f"{name}: {why}" for name, why in errors.items()))

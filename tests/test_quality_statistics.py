@@ -2669,6 +2669,9 @@ def test_a_config_fairseq_train_would_reject_stops_the_comparison_before_any_tra
     # parsed and built, refused by the lr scheduler fairseq-train builds at its first update
     (cfg / "05-schedule_without_phases.args").write_text(
         " ".join(["--arch", "transformer", *dims, "--lr-scheduler", "tri_stage"]) + "\n")
+    # refused by fairseq's conversion of the options to its config (fairseq-train's cli_main)
+    (cfg / "06-schedule_without_length.args").write_text(
+        " ".join(["--arch", "transformer", *dims, "--lr-scheduler", "polynomial_decay"]) + "\n")
     (cfg / "04-cross_agg-good.args").write_text(
         " ".join(["--arch", "transformer_cross_agg", *dims, "--routing-stop-gradient-updates", "40"]) + "\n")
     out = tmp_path / "out"
@@ -2684,6 +2687,8 @@ def test_a_config_fairseq_train_would_reject_stops_the_comparison_before_any_tra
     assert "02-cross_agg-two_stops: ValueError: --routing-stop-gradient stops" in message
     assert re.search(r"03-unknown_option: ValueError: fairseq could not parse .*--no-such-option", message)
     assert "05-schedule_without_phases: AssertionError: please specify steps or phase_ratio" in message
+    assert "06-schedule_without_length: ConfigCompositionException: Error merging override " \
+           "lr_scheduler.total_num_update=null" in message
     assert "00-transformer" not in message.split("nothing was trained")[1]
     assert "04-cross_agg-good" not in message  # N past the budget: a warning, built
     assert not list(out.glob("runs/*/seed*/train.log"))  # nothing trained

@@ -580,10 +580,10 @@ def test_preflight_builds_every_cells_model_before_any_training(tmp_path):
         runner.model_build_problems(bad)
 
 
-def test_preflight_builds_every_cells_optimizer_and_schedule(tmp_path):
+def test_preflight_builds_every_cells_lr_schedule(tmp_path):
     # two learning rates: accepted by fairseq's parser and by the model build, refused by
-    # inverse_sqrt when fairseq-train builds its lr scheduler at the first update (hours in
-    # for a table's later cells)
+    # inverse_sqrt when fairseq-train builds its lr scheduler at its start (hours in for a
+    # table's later cells)
     _, cells = _cao_table2_cells_with_data(tmp_path, ["--lr", "1e-3,2e-3"])
     problems = runner.model_build_problems(cells)
     assert len(problems) == len(cells) > 1

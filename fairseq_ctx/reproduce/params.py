@@ -59,44 +59,88 @@ def parse_training_args(argv, return_parser=False):
     return (args, parser) if return_parser else args
 
 
-def model_build_error(argv) -> Optional[str]:
-    """The error ``fairseq-train ARGV`` would stop with while building its model, or None:
-    ARGV (data directory first) parsed by fairseq's training parser, the task set up on the
-    data's dictionaries, and the model built on the meta device (shapes only: no weights,
-    about a second), its criterion, and the optimizer and lr scheduler fairseq-train builds
-    at its first update, over the model's trained parameters, the schedule set to update 0
-    (two --lr values under inverse_sqrt fail there, or polynomial_decay without
-    --total-num-update already in fairseq's config conversion). Built as
-    without --fp16 / --bf16 / --amp (their wrappers hold copies of the weights); the
-    datasets and the hardware (e.g. --fp16 without a GPU) are not checked."""
-    import itertools
-    import logging
+def _error_text(error):
+    """One line naming the error: its message's first line, or (a bare assert) the failing
+    source line."""
+    import traceback
+
+    text = str(error).strip().splitlines()
+    if not text and error.__traceback__ is not None:
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        text = [f"{frame.line} ({os.path.basename(frame.filename)}:{frame.lineno})"]
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:600]
+
+
+# fairseq's config conversion takes ~0.3 s (hydra composes the whole config): done once per
+# distinct set of options outside the model's, which the cells of a table mostly share
+_SCHEDULE_ERRORS: Dict[tuple, Optional[str]] = {}
+
+
+def _schedule_error(args) -> Optional[str]:
+    """The error fairseq-train would stop with while converting its options to its config
+    (cli_main) or building its lr scheduler (at its start), or None. The scheduler is built
+    over a stand-in SGD on one parameter: the configured optimizer's constructor is not run,
+    as what it builds depends on the machine that runs it (FairseqAdam takes apex's fused Adam
+    where CUDA and apex are there, which opens a CUDA context in this process; --fp16-adam-stats
+    needs it), not on the one that will train; its options are type-checked by the conversion."""
+    import argparse
     import warnings
 
-    from fairseq import optim, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.optim import lr_scheduler
+    from fairseq.optim.sgd import SGD
+
+    model_options = argparse.ArgumentParser(add_help=False)
+    ARCH_MODEL_REGISTRY[args.arch].add_args(model_options)
+    per_cell = {a.dest for a in model_options._actions} | {"arch", "save_dir", "distributed_port"}
+    key = tuple(sorted((k, repr(v)) for k, v in vars(args).items() if k not in per_cell))
+    if key not in _SCHEDULE_ERRORS:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cfg = convert_namespace_to_omegaconf(args)
+            stand_in = SGD(argparse.Namespace(lr=[0.1], momentum=0.0, weight_decay=0.0),
+                           [torch.nn.Parameter(torch.zeros(1))])
+            lr_scheduler.build_lr_scheduler(cfg.lr_scheduler, stand_in).step_update(0)
+            _SCHEDULE_ERRORS[key] = None
+        except Exception as error:  # noqa: BLE001  (whatever stops fairseq-train: say why)
+            _SCHEDULE_ERRORS[key] = _error_text(error)
+    return _SCHEDULE_ERRORS[key]
+
+
+def model_build_error(argv) -> Optional[str]:
+    """The error ``fairseq-train ARGV`` would stop with before its first update, or None:
+    ARGV (data directory first) parsed by fairseq's training parser, converted to fairseq's
+    config and its lr scheduler built (``_schedule_error``: two --lr values under
+    inverse_sqrt, tri_stage without phases, polynomial_decay without --total-num-update fail
+    there), the task set up on the data's dictionaries, the model built on the meta device
+    (shapes only: no weights, about a second) and its criterion. Not checked: the configured
+    optimizer's constructor (see ``_schedule_error``), the --fp16 / --bf16 / --amp optimizer
+    wrappers (they need CUDA: e.g. --fp16 with adafactor, which has no flat parameters, fails
+    at fairseq-train's start), the datasets and the hardware (e.g. --fp16 without a GPU)."""
+    import logging
+
+    from fairseq import tasks
 
     # setup_task logs each dictionary's size at INFO, a failed config conversion its overrides at
-    # ERROR (the error is returned), hydra its job names at DEBUG and deprecations as warnings
+    # ERROR (the error is returned), hydra its job names at DEBUG
     quiet = [logging.getLogger(name) for name in ("fairseq", "hydra")]
     levels = [logger.level for logger in quiet]
     for logger in quiet:
         logger.setLevel(logging.CRITICAL)
     try:
         args = parse_training_args(list(argv))
+        # converted before anything is built, as fairseq-train's cli_main does
+        schedule = _schedule_error(args)
+        if schedule:
+            return schedule
         task = tasks.setup_task(args)
         with torch.device("meta"):
-            model = task.build_model(args)
-        criterion = task.build_criterion(args)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cfg = convert_namespace_to_omegaconf(args)  # as fairseq-train's cli_main
-        params = [p for p in itertools.chain(model.parameters(), criterion.parameters()) if p.requires_grad]
-        lr_scheduler.build_lr_scheduler(cfg.lr_scheduler, optim.build_optimizer(cfg.optimizer, params)).step_update(0)
+            task.build_model(args)
+        task.build_criterion(args)
     except Exception as error:  # noqa: BLE001  (whatever stops fairseq-train: say why)
-        text = str(error).strip().splitlines()
-        return f"{type(error).__name__}: {text[0] if text else ''}"[:600]
+        return _error_text(error)
     finally:
         for logger, level in zip(quiet, levels):
             logger.setLevel(level)

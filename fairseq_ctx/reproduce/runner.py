@@ -314,10 +314,11 @@ def estimated_checkpoint_bytes(cell, param_count):
 
 
 def model_build_problems(cells, log=None) -> List[str]:
-    """Cells whose model fairseq-train would not build (a row's config with a column's
-    options or the user's extras, rejected by fairseq's parser or by the model, criterion,
-    optimizer or lr scheduler build), found before any training: each cell still to train whose data exists (its
-    dictionaries, its training set) is parsed and built as fairseq-train would build it, on
+    """Cells fairseq-train would stop on before its first update (a row's config with a
+    column's options or the user's extras, rejected by fairseq's parser, its config conversion
+    or the lr scheduler, model or criterion build), found before any training: each cell still
+    to train whose data exists (its dictionaries, its training set) is parsed and built as
+    fairseq-train would build it, on
     the meta device (``params.model_build_error``). Cells whose command names another
     ``--user-dir`` than this package are not built (a second plugin cannot be imported
     beside this one); said through ``log``."""
