@@ -87,8 +87,9 @@ resumed later is the same case ("resumed_at_update"). With fairseq's ``translati
 runs however they are continued now) one that starts in a later epoch E is not: fairseq
 builds a process's batches once, grouping sentences of equal length with --seed + the epoch
 it starts in, so from E on the same batch lengths hold other sentences (a valid run of that
-seed, not the same one).
-Every score of the shorter run stays, its final one as a curve
+seed, not the same one); each run records every resumption its log shows, with its epoch, task
+and whether its batches went on as the uninterrupted training's ("resumptions"), and the report
+names the runs whose did not. Every score of the shorter run stays, its final one as a curve
 point (each run records "extended_from_updates"). Not where fairseq's resumption is not exact:
 a schedule whose length is --max-update (cosine, tri_stage, reduce_lr_on_plateau,
 polynomial_decay without --total-num-update), --patience (its count is not saved), fp16 /
@@ -608,6 +609,14 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
         *([f"- **warning: seed pairs whose two runs were trained on different kinds of machine** (their "
            f"paired difference includes the machine's): {'; '.join(meta['machine_split_pairs'])}."]
           if meta.get("machine_split_pairs") else []),
+        *([f"- **runs resumed in a later epoch under fairseq's `translation`**: from the resumption on, their "
+           "batches held other sentences than the uninterrupted training's (fairseq groups them again with --seed + "
+           "the epoch; `--task translation_exact_resume` does not): valid runs of their seeds, not the runs trained "
+           f"through, and their pairs no longer share batches: {'; '.join(meta['runs_regrouped'])}."]
+          if meta.get("runs_regrouped") else []),
+        *([f"- resumed under a task other than `translation` / `translation_exact_resume` (whether their batches "
+           f"went on as the uninterrupted training's is not known here): {'; '.join(meta['runs_regrouping_unknown'])}."]
+          if meta.get("runs_regrouping_unknown") else []),
         *([f"- {len(meta['runs_machine_unrecorded'])} run(s) with a training attempt whose kind of machine "
            f"cannot be told (a GPU the probe could not name, or one GPU of a node of mixed models), left out "
            f"of the machine checks: {', '.join(meta['runs_machine_unrecorded'])}."]
@@ -1114,6 +1123,63 @@ def _resumed_at_update(log_path):
     return int(found[-1]) if found else None
 
 
+# the class names fairseq-train logs ("task: X") of fairseq's translation and of translation_exact_resume
+TRANSLATION_TASK, EXACT_RESUME_TASK_CLASS = "TranslationTask", "ExactResumeTranslationTask"
+# options under which fairseq's translation batches each epoch afresh: resumed in any epoch, it goes on as
+# the uninterrupted training (fairseq_ctx/tasks/translation_exact_resume.py)
+BATCHED_EACH_EPOCH = ("--update-epoch-batch-itr", "--grouped-shuffling")
+
+
+def _resumptions(log_path, settings=""):
+    """Every resumption the training's log shows, in order: [{"update": N, "epoch": E, "task": the
+    task class that attempt of fairseq-train logged (None where its log has no "task:" line),
+    "batches_as_uninterrupted": whether from N on the training saw the batches of the one never
+    stopped}]. True in epoch 1 (fairseq groups epoch 1 with seed + 1, resumed or not), under
+    translation_exact_resume, or with options that batch every epoch afresh; False where fairseq's
+    translation resumed in a later epoch (it groups the sentences again with seed + E: a valid run
+    of the seed, not the uninterrupted one); None for any other task (not known here)."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return []
+    # (settings: "updates=N ... common=--opt ... args=--arch ..."; options also as --opt=value)
+    batched_each_epoch = bool(set(BATCHED_EACH_EPOCH) & set(re.split(r"[\s=]+", settings)))
+    out, task = [], None
+    for line in text.splitlines():
+        m = re.search(r"\| fairseq_cli\.train \| task: (\w+)", line)
+        if m:
+            task = m.group(1)
+            continue
+        m = re.search(r"Loaded checkpoint .* \(epoch (\d+) @ (\d+) updates\)", line)
+        if not m:
+            continue
+        epoch = int(m.group(1))
+        if epoch == 1 or task == EXACT_RESUME_TASK_CLASS or batched_each_epoch:
+            as_uninterrupted = True
+        else:
+            as_uninterrupted = False if task == TRANSLATION_TASK else None
+        out.append({"update": int(m.group(2)), "epoch": epoch, "task": task,
+                    "batches_as_uninterrupted": as_uninterrupted})
+    return out
+
+
+def runs_regrouped(results, seeds):
+    """(["CONFIG seed S (at N updates, epoch E)", ...] whose batches after a resumption were not the
+    uninterrupted training's, ["CONFIG seed S (at N)", ...] where the log cannot tell), over the
+    runs of ``seeds``."""
+    regrouped, unknown = [], []
+    for name in sorted(results):
+        for seed in seeds:
+            for r in (results[name].get(seed) or {}).get("resumptions") or []:
+                where = f"{name} seed {seed} (at {r['update']} updates, epoch {r['epoch']}, {r['task'] or 'task not logged'})"
+                if r.get("batches_as_uninterrupted") is False:
+                    regrouped.append(where)
+                elif r.get("batches_as_uninterrupted") is None:
+                    unknown.append(where)
+    return regrouped, unknown
+
+
 def _training_seconds(log_path):
     """fairseq's last "done training in X seconds" of the log (the attempt that finished), or
     0.0 when the log does not say."""
@@ -1196,6 +1262,9 @@ def _with_curves(rec, points, run_dir, updates, valid_points=None, train_points=
                              "eval_seconds": rec.get("eval_seconds")}
     rec["valid"] = {u: v for u, v in parse_valid_log_file(os.path.join(run_dir, "train.log")).items()
                     if u <= updates}
+    resumptions = _resumptions(os.path.join(run_dir, "train.log"), rec.get("settings") or "")
+    if resumptions:  # (read from the log each time: records written before this field get it too)
+        rec["resumptions"] = resumptions
     if valid_points:
         rec["valid_bleu"] = {u: {"bleu": p["bleu"], "checkpoint": p.get("checkpoint"),
                                  "eval_seconds": p.get("eval_seconds")} for u, p in sorted(valid_points.items())}
@@ -2343,6 +2412,10 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
             {n: {sd: results[n][sd] for sd in a.seeds if sd in results[n]} for n in configs}, baselines)
         for pair in machine_split:
             log(f"[quality] warning: the two runs of a seed were trained on different kinds of machine ({pair})")
+        regrouped, regrouping_unknown = runs_regrouped(results, a.seeds)
+        if regrouped:
+            log(f"[quality] warning: run(s) resumed in a later epoch under fairseq's translation, whose batches "
+                f"from there on were not the uninterrupted training's: {'; '.join(regrouped)}")
         add_length_statistics(results, refs, a.tgt)
         summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
         comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
@@ -2362,6 +2435,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
                 "runs_software": runs_software, "runs_software_unrecorded": software_unrecorded or None,
                 "runs_machines": runs_machines, "machine_split_pairs": machine_split or None,
                 "runs_machine_unrecorded": machine_unknown or None,
+                "runs_regrouped": regrouped or None, "runs_regrouping_unknown": regrouping_unknown or None,
                 "command": " ".join(shlex.quote(x) for x in sys.argv), **software}
         # a plot only when there is a curve: intermediate BLEU points or logged validations
         has_valid_bleu = any((c.get("valid_bleu") or {}).get("updates") for c in curves.values())

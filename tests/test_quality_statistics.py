@@ -391,6 +391,7 @@ class Fakes:
         self.train_calls, self.eval_calls, self.valid_calls = [], [], []
         self.fail_eval_at = None
         self.allow_resume = False
+        self.task_logged = "ExactResumeTranslationTask"  # the class fairseq-train logs ("task: X") at its start
         self.devices = []  # (what, config, seed, the CUDA_VISIBLE_DEVICES it was given or None)
         self.at_barrier = None  # (threading.Barrier, list): trainings meet there in arrival order
         self.directions = []  # (train / test / valid, (source, target) it was given)
@@ -415,7 +416,7 @@ class Fakes:
                                  "curve": tuple(curve_updates), "restore": restore_file})
         last = os.path.join(save_dir, "checkpoint_last.pt")
         start = int(re.search(r"_(\d+)\.pt$", restore_file).group(1)) if restore_file else 0
-        lines = []
+        lines = [f"2026-11-25 08:00:06 | INFO | fairseq_cli.train | task: {self.task_logged}"]
         if os.path.exists(last):  # fairseq resumes from it
             assert self.allow_resume, "would resume"
             start = _fake_checkpoint_updates(last)
@@ -1289,6 +1290,61 @@ def test_a_run_resumed_twice_records_the_last_resumption(qc, study):
     assert run["trained_with"]["started"] >= run["earlier_attempts"][-1]["started"]
 
 
+def test_a_run_resumed_in_a_later_epoch_under_translation_is_named_in_the_report(qc, study):
+    """fairseq's translation groups the batches of a training resumed in epoch E > 1 with --seed + E:
+    the report names such runs (not the uninterrupted ones); translation_exact_resume's are not."""
+    _kill_after_training(qc, study, 1, 30)  # epoch 2 of the fake (25 updates an epoch)
+    _kill_after_training(qc, study, 2, 20)  # still epoch 1: grouped as before under any task
+    study.fakes.task_logged = "TranslationTask"
+    q = _main(qc, study, "--seeds", "1", "2", "--configs", "00-*")
+    one, two = q["runs"]["00-transformer"]["1"], q["runs"]["00-transformer"]["2"]
+    assert one["resumptions"] == [{"update": 30, "epoch": 2, "task": "TranslationTask",
+                                   "batches_as_uninterrupted": False}]
+    assert two["resumptions"] == [{"update": 20, "epoch": 1, "task": "TranslationTask",
+                                   "batches_as_uninterrupted": True}]
+    assert q["meta"]["runs_regrouped"] == ["00-transformer seed 1 (at 30 updates, epoch 2, TranslationTask)"]
+    md = (study.out / "quality.md").read_text()
+    assert "runs resumed in a later epoch under fairseq's `translation`" in md and "00-transformer seed 1 (at 30" in md
+    assert "seed 2 (at 20" not in md
+
+
+def test_a_run_resumed_in_a_later_epoch_with_the_exact_task_is_not_named(qc, study):
+    _kill_after_training(qc, study, 1, 30)
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    assert q["runs"]["00-transformer"]["1"]["resumptions"] == [
+        {"update": 30, "epoch": 2, "task": "ExactResumeTranslationTask", "batches_as_uninterrupted": True}]
+    assert q["meta"]["runs_regrouped"] is None and q["meta"]["runs_regrouping_unknown"] is None
+    assert "runs resumed in a later epoch" not in (study.out / "quality.md").read_text()
+
+
+@pytest.mark.parametrize("task, epoch, settings, expected", [
+    ("TranslationTask", 4, "common=--max-tokens 4096 args=--arch lstm", False),
+    ("TranslationTask", 1, "", True),
+    ("ExactResumeTranslationTask", 4, "", True),
+    ("TranslationTask", 4, "common=--update-epoch-batch-itr True args=--arch lstm", True),
+    ("TranslationTask", 4, "common=--grouped-shuffling args=", True),
+    ("TranslationMultiSimpleEpochTask", 4, "", None),
+])
+def test_resumptions_read_from_fairseqs_log(qc, tmp_path, task, epoch, settings, expected):
+    log = tmp_path / "train.log"
+    log.write_text("\n".join([
+        "2026-11-29 10:46:50 | INFO | fairseq_cli.train | task: TranslationTask",
+        "2026-11-29 10:46:51 | INFO | fairseq.trainer | Loaded checkpoint x/checkpoint_last.pt (epoch 1 @ 3 updates)",
+        f"2026-11-29 11:52:10 | INFO | fairseq_cli.train | task: {task}",
+        "2026-11-29 11:52:11 | INFO | fairseq.trainer | Loaded checkpoint x/checkpoint_last.pt "
+        f"(epoch {epoch} @ 504 updates)"]) + "\n")
+    assert qc._resumptions(str(log), settings) == [
+        {"update": 3, "epoch": 1, "task": "TranslationTask", "batches_as_uninterrupted": True},
+        {"update": 504, "epoch": epoch, "task": task, "batches_as_uninterrupted": expected}]
+
+
+def test_a_resumption_whose_task_is_not_logged_is_not_told(qc, tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("2026-11-29 11:52:11 | INFO | fairseq.trainer | Loaded checkpoint c.pt (epoch 3 @ 40 updates)\n")
+    assert qc._resumptions(str(log)) == [{"update": 40, "epoch": 3, "task": None, "batches_as_uninterrupted": None}]
+    assert qc._resumptions(str(tmp_path / "absent.log")) == []
+
+
 def test_a_run_restarted_from_scratch_is_not_marked_by_an_earlier_resumption_in_its_log(qc, study):
     _kill_after_training(qc, study, 1, 25)  # killed at 25
     _kill_after_training(qc, study, 1, None)  # resumed (the log says so), killed, checkpoint lost
@@ -2013,6 +2069,9 @@ def test_real_tiny_continuation_is_the_run_trained_to_the_end_from_the_start(qc,
     assert a["resumed_at_update"] == 8 and "resumed_at_update" not in b
     log = (tmp_path / "continued" / "runs" / "00-transformer" / "seed1" / "train.log").read_text()
     assert re.findall(r"Loaded checkpoint .* @ (\d+) updates", log) == ["8"]
+    # read from fairseq's own log: the continuation ran under the exact-resume task
+    assert [(r["update"], r["task"], r["batches_as_uninterrupted"]) for r in a["resumptions"]] == [
+        (8, "ExactResumeTranslationTask", True)] and "resumptions" not in b
     assert a["bleu"] == b["bleu"] and a["curve"][8]["bleu"] == b["curve"][8]["bleu"]
     hyps = [json.loads((out / "runs" / "00-transformer" / "seed1" / "result.json").read_text())["hyps"]
             for out in (tmp_path / "continued", tmp_path / "whole")]
