@@ -148,6 +148,7 @@ from .checkpoint_repair import (
 )
 from .evaluation.defaults import PAPER_DEFAULTS
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
+from .resumptions import resumptions_in_log
 from .run_lock import RunInUse, RunLock, held_fds
 from .reproduce.train import EXACT_RESUME_TASK, RESUMPTION_BREAKERS, option_value, read_args_file
 
@@ -1123,45 +1124,10 @@ def _resumed_at_update(log_path):
     return int(found[-1]) if found else None
 
 
-# the class names fairseq-train logs ("task: X") of fairseq's translation and of translation_exact_resume
-TRANSLATION_TASK, EXACT_RESUME_TASK_CLASS = "TranslationTask", "ExactResumeTranslationTask"
-# options under which fairseq's translation batches each epoch afresh: resumed in any epoch, it goes on as
-# the uninterrupted training (fairseq_ctx/tasks/translation_exact_resume.py)
-BATCHED_EACH_EPOCH = ("--update-epoch-batch-itr", "--grouped-shuffling")
-
-
-def _resumptions(log_path, settings=""):
-    """Every resumption the training's log shows, in order: [{"update": N, "epoch": E, "task": the
-    task class that attempt of fairseq-train logged (None where its log has no "task:" line),
-    "batches_as_uninterrupted": whether from N on the training saw the batches of the one never
-    stopped}]. True in epoch 1 (fairseq groups epoch 1 with seed + 1, resumed or not), under
-    translation_exact_resume, or with options that batch every epoch afresh; False where fairseq's
-    translation resumed in a later epoch (it groups the sentences again with seed + E: a valid run
-    of the seed, not the uninterrupted one); None for any other task (not known here)."""
-    try:
-        with open(log_path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return []
-    # (settings: "updates=N ... common=--opt ... args=--arch ..."; options also as --opt=value)
-    batched_each_epoch = bool(set(BATCHED_EACH_EPOCH) & set(re.split(r"[\s=]+", settings)))
-    out, task = [], None
-    for line in text.splitlines():
-        m = re.search(r"\| fairseq_cli\.train \| task: (\w+)", line)
-        if m:
-            task = m.group(1)
-            continue
-        m = re.search(r"Loaded checkpoint .* \(epoch (\d+) @ (\d+) updates\)", line)
-        if not m:
-            continue
-        epoch = int(m.group(1))
-        if epoch == 1 or task == EXACT_RESUME_TASK_CLASS or batched_each_epoch:
-            as_uninterrupted = True
-        else:
-            as_uninterrupted = False if task == TRANSLATION_TASK else None
-        out.append({"update": int(m.group(2)), "epoch": epoch, "task": task,
-                    "batches_as_uninterrupted": as_uninterrupted})
-    return out
+def _resumptions_of_run(run_dir, settings):
+    """Every resumption of the run's training (``resumptions_in_log``) from its train.log;
+    ``settings``: its record's "updates=N ... common=--opt ... args=--arch ..."."""
+    return resumptions_in_log(os.path.join(run_dir, "train.log"), re.split(r"[\s=]+", settings or ""))
 
 
 def runs_regrouped(results, seeds):
@@ -1262,7 +1228,7 @@ def _with_curves(rec, points, run_dir, updates, valid_points=None, train_points=
                              "eval_seconds": rec.get("eval_seconds")}
     rec["valid"] = {u: v for u, v in parse_valid_log_file(os.path.join(run_dir, "train.log")).items()
                     if u <= updates}
-    resumptions = _resumptions(os.path.join(run_dir, "train.log"), rec.get("settings") or "")
+    resumptions = _resumptions_of_run(run_dir, rec.get("settings"))
     if resumptions:  # (read from the log each time: records written before this field get it too)
         rec["resumptions"] = resumptions
     if valid_points:

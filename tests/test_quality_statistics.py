@@ -1317,32 +1317,17 @@ def test_a_run_resumed_in_a_later_epoch_with_the_exact_task_is_not_named(qc, stu
     assert "runs resumed in a later epoch" not in (study.out / "quality.md").read_text()
 
 
-@pytest.mark.parametrize("task, epoch, settings, expected", [
-    ("TranslationTask", 4, "common=--max-tokens 4096 args=--arch lstm", False),
-    ("TranslationTask", 1, "", True),
-    ("ExactResumeTranslationTask", 4, "", True),
-    ("TranslationTask", 4, "common=--update-epoch-batch-itr True args=--arch lstm", True),
-    ("TranslationTask", 4, "common=--grouped-shuffling args=", True),
-    ("TranslationMultiSimpleEpochTask", 4, "", None),
+@pytest.mark.parametrize("settings, expected", [
+    ("updates=60 beam=5 common=--max-tokens 4096 args=--arch lstm seed=1", False),
+    ("updates=60 beam=5 common=--update-epoch-batch-itr --max-tokens 4096 args=--arch lstm seed=1", True),
+    ("updates=60 beam=5 common=--max-tokens 4096 --grouped-shuffling args=--arch lstm seed=1", True),
 ])
-def test_resumptions_read_from_fairseqs_log(qc, tmp_path, task, epoch, settings, expected):
-    log = tmp_path / "train.log"
-    log.write_text("\n".join([
-        "2026-11-29 10:46:50 | INFO | fairseq_cli.train | task: TranslationTask",
-        "2026-11-29 10:46:51 | INFO | fairseq.trainer | Loaded checkpoint x/checkpoint_last.pt (epoch 1 @ 3 updates)",
-        f"2026-11-29 11:52:10 | INFO | fairseq_cli.train | task: {task}",
-        "2026-11-29 11:52:11 | INFO | fairseq.trainer | Loaded checkpoint x/checkpoint_last.pt "
-        f"(epoch {epoch} @ 504 updates)"]) + "\n")
-    assert qc._resumptions(str(log), settings) == [
-        {"update": 3, "epoch": 1, "task": "TranslationTask", "batches_as_uninterrupted": True},
-        {"update": 504, "epoch": epoch, "task": task, "batches_as_uninterrupted": expected}]
-
-
-def test_a_resumption_whose_task_is_not_logged_is_not_told(qc, tmp_path):
-    log = tmp_path / "train.log"
-    log.write_text("2026-11-29 11:52:11 | INFO | fairseq.trainer | Loaded checkpoint c.pt (epoch 3 @ 40 updates)\n")
-    assert qc._resumptions(str(log)) == [{"update": 40, "epoch": 3, "task": None, "batches_as_uninterrupted": None}]
-    assert qc._resumptions(str(tmp_path / "absent.log")) == []
+def test_a_runs_resumptions_are_told_from_its_settings(qc, tmp_path, settings, expected):
+    """The options in a run's settings string (the first glued to "common=") that batch every epoch."""
+    (tmp_path / "train.log").write_text(
+        "2026-11-29 11:52:10 | INFO | fairseq_cli.train | task: TranslationTask\n"
+        "2026-11-29 11:52:11 | INFO | fairseq.trainer | Loaded checkpoint c.pt (epoch 4 @ 504 updates)\n")
+    assert [r["batches_as_uninterrupted"] for r in qc._resumptions_of_run(str(tmp_path), settings)] == [expected]
 
 
 def test_a_run_restarted_from_scratch_is_not_marked_by_an_earlier_resumption_in_its_log(qc, study):

@@ -11,7 +11,7 @@ that changes the training gets a directory of its own, never a finished model tr
 otherwise.
 
     <results>/<hardware tag>/<config>-<key>/<data>[-<bin>]/
-        train.log  train.json (provenance, written when training finished)  train.lock (flock held while training: fairseq_ctx/run_lock.py)
+        train.log  train.json (provenance, written when training finished; "resumptions": fairseq_ctx/resumptions.py)  train.lock (flock held while training: fairseq_ctx/run_lock.py)
         checkpoints/ (with checkpoint_repairs.json when a cut-off checkpoint_last.pt was replaced)  eval/<subset>-<evaluation key>/{result.json, hyp.detok.<tgt>, generate.out, eval.log}
 
 Significance marks are computed when the table is assembled, from the hypotheses of the
@@ -34,6 +34,7 @@ from ..atomic import atomic_write
 from ..checkpoint_repair import FAIRSEQ_DONE, LAST, finished_at, finished_before_the_exit, repair_before_resuming
 from ..evaluation.defaults import checkpoint_choice
 from ..paths import CHECKOUT, WORK_DIR, python_env
+from ..resumptions import resumptions_in_log
 from ..run_lock import RunLock, held_fds
 from . import train as train_mod
 from .train import CONFIGS, EXACT_RESUME_TASK, PAPER_SETTING, ROOT, fairseq_train_argv
@@ -525,6 +526,14 @@ def run_cell(cell, setting, smoke, env, train_only=False):
                 cell.status, cell.message = "FAILED", f"training exited {code}; log {log}"
                 cell.log_tail = _tail(log)
                 return cell
+            resumptions = resumptions_in_log(log, cell.train_cmd)
+            if resumptions:  # every attempt's, from fairseq's log
+                record["resumptions"] = resumptions
+            for r in resumptions:
+                if r["batches_as_uninterrupted"] is False:
+                    _say(cell, log, f"resumed at update {r['update']} in epoch {r['epoch']} under fairseq's "
+                                    f"{r['task']}: its batches from there on were grouped anew (--seed + {r['epoch']}), "
+                                    "a valid run of its seed but not the uninterrupted one (train.json resumptions)")
             with atomic_write(os.path.join(cell.train_dir, "train.json")) as handle:
                 json.dump(dict(record, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z")), handle, indent=1)
             lock.release()
