@@ -87,8 +87,9 @@ resumed later is the same case ("resumed_at_update"). With fairseq's ``translati
 runs however they are continued now) one that starts in a later epoch E is not: fairseq
 builds a process's batches once, grouping sentences of equal length with --seed + the epoch
 it starts in, so from E on the same batch lengths hold other sentences (a valid run of that
-seed, not the same one); each run records every resumption its log shows, with its epoch, task
-and whether its batches went on as the uninterrupted training's ("resumptions"), and the report
+seed, not the same one); each run records every resumption fairseq logged for it, with its epoch,
+task and whether its batches went on as the uninterrupted training's ("resumptions", in the run
+and in a curve point trained again to an epoch's end; fairseq_ctx/resumptions.py), and the report
 names the runs whose did not. Every score of the shorter run stays, its final one as a curve
 point (each run records "extended_from_updates"). Not where fairseq's resumption is not exact:
 a schedule whose length is --max-update (cosine, tri_stage, reduce_lr_on_plateau,
@@ -610,10 +611,11 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
         *([f"- **warning: seed pairs whose two runs were trained on different kinds of machine** (their "
            f"paired difference includes the machine's): {'; '.join(meta['machine_split_pairs'])}."]
           if meta.get("machine_split_pairs") else []),
-        *([f"- **runs resumed in a later epoch under fairseq's `translation`**: from the resumption on, their "
-           "batches held other sentences than the uninterrupted training's (fairseq groups them again with --seed + "
-           "the epoch; `--task translation_exact_resume` does not): valid runs of their seeds, not the runs trained "
-           f"through, and their pairs no longer share batches: {'; '.join(meta['runs_regrouped'])}."]
+        *([f"- **runs resumed with other batches than the uninterrupted training's** (mostly fairseq's "
+           "`translation` resumed in a later epoch: it groups the sentences again with --seed + the epoch; "
+           "`--task translation_exact_resume` does not): from there on valid runs of their seeds, not the runs "
+           "trained through, and no longer seeing their pair's batches unless that run was resumed the same way: "
+           f"{'; '.join(meta['runs_regrouped'])}."]
           if meta.get("runs_regrouped") else []),
         *([f"- resumed under a task other than `translation` / `translation_exact_resume` (whether their batches "
            f"went on as the uninterrupted training's is not known here): {'; '.join(meta['runs_regrouping_unknown'])}."]
@@ -1124,21 +1126,37 @@ def _resumed_at_update(log_path):
     return int(found[-1]) if found else None
 
 
+def _resumptions_in(log_path, settings):
+    """Every resumption (``resumptions_in_log``) of the training that ``log_path`` logs;
+    ``settings``: its run record's "updates=N ... common=--opt ... args=--arch ..." (the data is
+    one directory here, never shards)."""
+    return resumptions_in_log(log_path, re.split(r"[\s=]+", settings or ""))
+
+
 def _resumptions_of_run(run_dir, settings):
-    """Every resumption of the run's training (``resumptions_in_log``) from its train.log;
-    ``settings``: its record's "updates=N ... common=--opt ... args=--arch ..."."""
-    return resumptions_in_log(os.path.join(run_dir, "train.log"), re.split(r"[\s=]+", settings or ""))
+    """Every resumption of the run's training, from its train.log."""
+    return _resumptions_in(os.path.join(run_dir, "train.log"), settings)
+
+
+def _side_resumption(run_dir, u, settings):
+    """The resumption of the side training to ``u`` updates (``recover_checkpoint``: its log
+    RUN/train.to{u}.log, appended to by each side training; the last one's), as a list."""
+    return _resumptions_in(os.path.join(run_dir, f"train.to{u}.log"), settings)[-1:]
 
 
 def runs_regrouped(results, seeds):
-    """(["CONFIG seed S (at N updates, epoch E)", ...] whose batches after a resumption were not the
-    uninterrupted training's, ["CONFIG seed S (at N)", ...] where the log cannot tell), over the
-    runs of ``seeds``."""
+    """(["CONFIG seed S (at N updates, epoch E, TASK: why)", ...] whose batches after a resumption
+    were not the uninterrupted training's, [the same where the log cannot tell]), over the runs of
+    ``seeds``: their trainings and the side trainings of curve points (``recover_checkpoint``)."""
     regrouped, unknown = [], []
     for name in sorted(results):
         for seed in seeds:
-            for r in (results[name].get(seed) or {}).get("resumptions") or []:
-                where = f"{name} seed {seed} (at {r['update']} updates, epoch {r['epoch']}, {r['task'] or 'task not logged'})"
+            rec = results[name].get(seed) or {}
+            side = [(u, r) for u, p in sorted((rec.get("curve") or {}).items()) for r in p.get("resumptions") or []]
+            for u, r in [(None, r) for r in rec.get("resumptions") or []] + side:
+                where = (f"{name} seed {seed} ({f'the side training of its point {u}: ' if u else ''}at {r['update']} "
+                         f"updates, epoch {r['epoch']}, {r['task'] or 'task not logged'}"
+                         + (f": {r['why']}" if r.get("why") else "") + ")")
                 if r.get("batches_as_uninterrupted") is False:
                     regrouped.append(where)
                 elif r.get("batches_as_uninterrupted") is None:
@@ -1228,9 +1246,13 @@ def _with_curves(rec, points, run_dir, updates, valid_points=None, train_points=
                              "eval_seconds": rec.get("eval_seconds")}
     rec["valid"] = {u: v for u, v in parse_valid_log_file(os.path.join(run_dir, "train.log")).items()
                     if u <= updates}
+    # (read from the logs each time: records written before these fields get them too)
     resumptions = _resumptions_of_run(run_dir, rec.get("settings"))
-    if resumptions:  # (read from the log each time: records written before this field get it too)
+    if resumptions:
         rec["resumptions"] = resumptions
+    for u, point in rec["curve"].items():
+        if (point.get("checkpoint") or "").startswith(f"to{u}{os.sep}"):  # a side training's (recover_checkpoint)
+            point["resumptions"] = _side_resumption(run_dir, u, rec.get("settings"))
     if valid_points:
         rec["valid_bleu"] = {u: {"bleu": p["bleu"], "checkpoint": p.get("checkpoint"),
                                  "eval_seconds": p.get("eval_seconds")} for u, p in sorted(valid_points.items())}
@@ -2380,8 +2402,8 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
             log(f"[quality] warning: the two runs of a seed were trained on different kinds of machine ({pair})")
         regrouped, regrouping_unknown = runs_regrouped(results, a.seeds)
         if regrouped:
-            log(f"[quality] warning: run(s) resumed in a later epoch under fairseq's translation, whose batches "
-                f"from there on were not the uninterrupted training's: {'; '.join(regrouped)}")
+            log(f"[quality] warning: run(s) resumed with other batches than the uninterrupted training's: "
+                f"{'; '.join(regrouped)}")
         add_length_statistics(results, refs, a.tgt)
         summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
         comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)

@@ -1,58 +1,114 @@
 """Where a training was resumed, read from fairseq-train's own log, and whether its batches
 went on as the uninterrupted training's.
 
-fairseq groups a process's training sentences into batches once, shuffling sentences of equal
-length with numpy seed ``--seed`` + the epoch the process starts in; an uninterrupted training
-keeps its epoch-1 batches. fairseq's ``translation`` resumed in epoch E > 1 therefore fills the
-same batch lengths with other sentences: a valid run of its seed, not the uninterrupted one
-(``--task translation_exact_resume``, fairseq_ctx/tasks, keeps the epoch-1 grouping). Each
-attempt of fairseq-train logs its task class ("task: X") and, where it resumes, "Loaded
-checkpoint ... (epoch E @ N updates)"; a training started from nothing logs "No existing
-checkpoint found" (its log's earlier resumptions are then another training's). Kept free of
-fairseq imports: the drivers that read logs do not build models.
+fairseq 0.12 groups the training sentences into batches when it builds a process's epoch
+iterator, shuffling sentences of equal length with numpy seed ``--seed`` + the epoch it is built
+for, and keeps that iterator for every later epoch of the process (unless the batches are built
+afresh every epoch: ``--update-epoch-batch-itr True``, ``--grouped-shuffling``, data split into
+shards ``bin1:bin2``). An uninterrupted training thus keeps its epoch-1 batches, and fairseq's
+``translation`` resumed in epoch E > 1 fills the same batch lengths with other sentences: a
+valid run of its seed, not the uninterrupted one (``--task translation_exact_resume``,
+fairseq_ctx/tasks, keeps the epoch-1 grouping). Each attempt of fairseq-train logs its task
+class ("task: X") and, where it resumes from a checkpoint's data position, "Loaded checkpoint
+... (epoch E @ N updates)" with E the epoch its iterator is built for; a training started from
+nothing logs "No existing checkpoint found", one started from a pretrained model
+(``--finetune-from-model``) "loading pretrained model from": the log's earlier resumptions are
+then another training's. Kept free of fairseq imports: the drivers that read logs build no models.
 """
+import ast
 import re
 
 # the class names fairseq-train logs for fairseq's translation and for translation_exact_resume
 TRANSLATION_TASK, EXACT_RESUME_TASK_CLASS = "TranslationTask", "ExactResumeTranslationTask"
-# options under which fairseq batches each epoch afresh: resumed in any epoch, a training goes on
-# as the uninterrupted one
-BATCHED_EACH_EPOCH = ("--update-epoch-batch-itr", "--grouped-shuffling")
 
 _TASK = re.compile(r"\| fairseq_cli\.train \| task: (\w+)")
 _LOADED = re.compile(r"Loaded checkpoint .* \(epoch (\d+) @ (\d+) updates\)")
 _FRESH = re.compile(r"\| No existing checkpoint found ")
+_PRETRAINED = re.compile(r"\| loading pretrained model from .*dataloader will be reset")
 
 
-def resumptions_in_log(log_path, options=()):
-    """Every resumption of the training ``log_path`` logs (the last training started from nothing,
-    where it holds several), in order: [{"update": N, "epoch": E, "task": the task class that
-    attempt logged (None where none is logged), "batches_as_uninterrupted": True in epoch 1 (grouped
-    with seed + 1, resumed or not), under translation_exact_resume or with ``options`` (the
-    training's command-line words) that batch every epoch afresh; False for fairseq's translation
-    resumed in a later epoch; None for another task (not known here)}]. [] for no log."""
+def _option(words, name):
+    """The last value given to ``name`` in ``words`` (``--name value`` or ``--name=value``), or None."""
+    value = None
+    for i, word in enumerate(words):
+        if word == name and i + 1 < len(words):
+            value = words[i + 1]
+        elif word.startswith(name + "="):
+            value = word.split("=", 1)[1]
+    return value
+
+
+def _names(options):
+    return {w.split("=", 1)[0] for w in options}
+
+
+def batched_each_epoch(options, data_path=None):
+    """Whether fairseq builds the training batches afresh every epoch (resumed or not): data in
+    shards, or ``--update-epoch-batch-itr`` true (fairseq's eval_bool of its value), which
+    without a value given follows the ``--grouped-shuffling`` flag."""
+    if data_path and ":" in data_path:
+        return True
+    value = _option(options, "--update-epoch-batch-itr")
+    if value is None:
+        return "--grouped-shuffling" in _names(options)
+    try:
+        return bool(ast.literal_eval(value))
+    except (ValueError, SyntaxError):
+        return False
+
+
+def _judge(task, epoch, options, data_path):
+    """(batches_as_uninterrupted, why when not): see ``resumptions_in_log``."""
+    if task not in (TRANSLATION_TASK, EXACT_RESUME_TASK_CLASS):
+        return None, None  # another task may batch otherwise
+    names = _names(options)
+    if "--reset-dataloader" in names:
+        return False, "--reset-dataloader: the data restarted at epoch 1"
+    if epoch == 1 or batched_each_epoch(options, data_path):
+        return True, None
+    if "--update-ordered-indices-seed" in names:
+        return False, f"--update-ordered-indices-seed: the sentences ordered with the epoch ({epoch})"
+    if task == EXACT_RESUME_TASK_CLASS:
+        return True, None
+    return False, f"grouped anew with --seed + {epoch}"
+
+
+def resumptions_in_log(log_path, options=(), data_path=None):
+    """Every resumption of the training ``log_path`` logs (of the last training started from
+    nothing or from a pretrained model, where it holds several), in order: [{"update": N,
+    "epoch": E, "task": the task class that attempt logged (None where none is logged),
+    "batches_as_uninterrupted": True / False / None, "why": where False}]. True where the batches
+    from N on are those of the training never stopped: fairseq's translation resumed in epoch 1
+    (grouped with seed + 1 either way) or with batches built every epoch, and
+    translation_exact_resume; False for translation resumed in a later epoch, and under
+    --reset-dataloader or (E > 1) --update-ordered-indices-seed; None for any other task (not
+    known here). ``options``: the training's command-line words; ``data_path``: its data
+    directory (shards ``a:b``). [] for no log."""
     try:
         with open(log_path, encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
     except OSError:
         return []
-    words = {w.split("=", 1)[0] for w in options}  # --opt=value too
-    batched_each_epoch = bool(words & set(BATCHED_EACH_EPOCH))
-    out, task = [], None
+    options = list(options)
+    out, task, pretrained = [], None, False
     for line in lines:
+        if line.startswith("$ "):  # the reproduce runner's line before each attempt
+            task = None
+            continue
         m = _TASK.search(line)
         if m:
             task = m.group(1)
         elif _FRESH.search(line):
             out = []
+        elif _PRETRAINED.search(line):
+            out, pretrained = [], True  # its "Loaded checkpoint" line is the pretrained model's
         else:
             m = _LOADED.search(line)
-            if m:
+            if m and pretrained:
+                pretrained = False
+            elif m:
                 epoch = int(m.group(1))
-                if epoch == 1 or task == EXACT_RESUME_TASK_CLASS or batched_each_epoch:
-                    as_uninterrupted = True
-                else:
-                    as_uninterrupted = False if task == TRANSLATION_TASK else None
+                as_uninterrupted, why = _judge(task, epoch, options, data_path)
                 out.append({"update": int(m.group(2)), "epoch": epoch, "task": task,
-                            "batches_as_uninterrupted": as_uninterrupted})
+                            "batches_as_uninterrupted": as_uninterrupted, **({"why": why} if why else {})})
     return out

@@ -417,6 +417,9 @@ class Fakes:
         last = os.path.join(save_dir, "checkpoint_last.pt")
         start = int(re.search(r"_(\d+)\.pt$", restore_file).group(1)) if restore_file else 0
         lines = [f"2026-11-25 08:00:06 | INFO | fairseq_cli.train | task: {self.task_logged}"]
+        if restore_file:  # as fairseq logs it
+            lines.append(f"2026-11-25 08:00:07 | INFO | fairseq.trainer | Loaded checkpoint {restore_file} "
+                         f"(epoch {start // EPOCH + 1} @ {start} updates)")
         if os.path.exists(last):  # fairseq resumes from it
             assert self.allow_resume, "would resume"
             start = _fake_checkpoint_updates(last)
@@ -1290,22 +1293,28 @@ def test_a_run_resumed_twice_records_the_last_resumption(qc, study):
     assert run["trained_with"]["started"] >= run["earlier_attempts"][-1]["started"]
 
 
-def test_a_run_resumed_in_a_later_epoch_under_translation_is_named_in_the_report(qc, study):
+def test_a_run_resumed_in_a_later_epoch_under_translation_is_named_in_the_report(qc, study, capsys):
     """fairseq's translation groups the batches of a training resumed in epoch E > 1 with --seed + E:
     the report names such runs (not the uninterrupted ones); translation_exact_resume's are not."""
     _kill_after_training(qc, study, 1, 30)  # epoch 2 of the fake (25 updates an epoch)
     _kill_after_training(qc, study, 2, 20)  # still epoch 1: grouped as before under any task
     study.fakes.task_logged = "TranslationTask"
-    q = _main(qc, study, "--seeds", "1", "2", "--configs", "00-*")
-    one, two = q["runs"]["00-transformer"]["1"], q["runs"]["00-transformer"]["2"]
-    assert one["resumptions"] == [{"update": 30, "epoch": 2, "task": "TranslationTask",
-                                   "batches_as_uninterrupted": False}]
-    assert two["resumptions"] == [{"update": 20, "epoch": 1, "task": "TranslationTask",
-                                   "batches_as_uninterrupted": True}]
-    assert q["meta"]["runs_regrouped"] == ["00-transformer seed 1 (at 30 updates, epoch 2, TranslationTask)"]
-    md = (study.out / "quality.md").read_text()
-    assert "runs resumed in a later epoch under fairseq's `translation`" in md and "00-transformer seed 1 (at 30" in md
-    assert "seed 2 (at 20" not in md
+    capsys.readouterr()
+    for again in (False, True):  # and a report of runs done already (records written before are read again)
+        q = _main(qc, study, "--seeds", "1", "2", "--configs", "00-*")
+        one, two = q["runs"]["00-transformer"]["1"], q["runs"]["00-transformer"]["2"]
+        assert one["resumptions"] == [{"update": 30, "epoch": 2, "task": "TranslationTask",
+                                       "batches_as_uninterrupted": False, "why": "grouped anew with --seed + 2"}]
+        assert two["resumptions"] == [{"update": 20, "epoch": 1, "task": "TranslationTask",
+                                       "batches_as_uninterrupted": True}]
+        named = "00-transformer seed 1 (at 30 updates, epoch 2, TranslationTask: grouped anew with --seed + 2)"
+        assert q["meta"]["runs_regrouped"] == [named] and q["meta"]["runs_regrouping_unknown"] is None
+        md = (study.out / "quality.md").read_text()
+        assert "runs resumed with other batches than the uninterrupted training's" in md and named in md
+        assert "seed 2 (at 20" not in md
+        err = capsys.readouterr().err
+        assert f"[quality] warning: run(s) resumed with other batches than the uninterrupted training's: {named}" in err
+        assert ("done already" in err) == again
 
 
 def test_a_run_resumed_in_a_later_epoch_with_the_exact_task_is_not_named(qc, study):
@@ -1314,12 +1323,37 @@ def test_a_run_resumed_in_a_later_epoch_with_the_exact_task_is_not_named(qc, stu
     assert q["runs"]["00-transformer"]["1"]["resumptions"] == [
         {"update": 30, "epoch": 2, "task": "ExactResumeTranslationTask", "batches_as_uninterrupted": True}]
     assert q["meta"]["runs_regrouped"] is None and q["meta"]["runs_regrouping_unknown"] is None
-    assert "runs resumed in a later epoch" not in (study.out / "quality.md").read_text()
+    assert "runs resumed with other batches" not in (study.out / "quality.md").read_text()
+
+
+def test_a_run_resumed_under_another_task_is_named_as_not_known(qc, study):
+    _kill_after_training(qc, study, 1, 30)
+    study.fakes.task_logged = "TranslationMultiSimpleEpochTask"
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*")
+    assert q["meta"]["runs_regrouped"] is None
+    assert q["meta"]["runs_regrouping_unknown"] == [
+        "00-transformer seed 1 (at 30 updates, epoch 2, TranslationMultiSimpleEpochTask)"]
+    assert "resumed under a task other than" in (study.out / "quality.md").read_text()
+
+
+@pytest.mark.parametrize("task, regrouped", [("TranslationTask", True), ("ExactResumeTranslationTask", False)])
+def test_the_side_training_of_a_curve_point_is_read_too(qc, study, task, regrouped):
+    """A curve point at an epoch's end is trained again from the checkpoint before it (50 from
+    checkpoint_2_40.pt, epoch 2) in a side directory: that resumption is the point's."""
+    study.fakes.task_logged = task
+    q = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--curve-updates", "20,40,50")
+    point = q["runs"]["00-transformer"]["1"]["curve"][50]
+    assert [(r["update"], r["epoch"], r["batches_as_uninterrupted"]) for r in point["resumptions"]] == [
+        (40, 2, not regrouped)]
+    assert "resumptions" not in q["runs"]["00-transformer"]["1"]["curve"][40]
+    named = "00-transformer seed 1 (the side training of its point 50: at 40 updates, epoch 2, TranslationTask"
+    assert any(r.startswith(named) for r in q["meta"]["runs_regrouped"] or []) == regrouped
 
 
 @pytest.mark.parametrize("settings, expected", [
     ("updates=60 beam=5 common=--max-tokens 4096 args=--arch lstm seed=1", False),
-    ("updates=60 beam=5 common=--update-epoch-batch-itr --max-tokens 4096 args=--arch lstm seed=1", True),
+    ("updates=60 beam=5 common=--update-epoch-batch-itr True --max-tokens 4096 args=--arch lstm seed=1", True),
+    ("updates=60 beam=5 common=--update-epoch-batch-itr=False --max-tokens 4096 args=--arch lstm seed=1", False),
     ("updates=60 beam=5 common=--max-tokens 4096 --grouped-shuffling args=--arch lstm seed=1", True),
 ])
 def test_a_runs_resumptions_are_told_from_its_settings(qc, tmp_path, settings, expected):

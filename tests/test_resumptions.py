@@ -1,13 +1,20 @@
 """Resumptions read from fairseq-train's log (fairseq_ctx/resumptions.py): the lines are fairseq
-0.12's own (fairseq_cli/train.py "task: X", fairseq/trainer.py "Loaded checkpoint ... (epoch E @ N
-updates)" and "No existing checkpoint found")."""
+0.12's own (fairseq_cli/train.py "task: X"; fairseq/trainer.py "Loaded checkpoint ... (epoch E @ N
+updates)" and "No existing checkpoint found"; fairseq/checkpoint_utils.py "loading pretrained
+model from ...")."""
+import json
+import os
+import sys
+
 import pytest
 
-from fairseq_ctx.resumptions import resumptions_in_log
+from fairseq_ctx.resumptions import batched_each_epoch, resumptions_in_log
 
 TASK = "2026-11-29 11:52:10 | INFO | fairseq_cli.train | task: {}"
 LOADED = "2026-11-29 11:52:11 | INFO | fairseq.trainer | Loaded checkpoint x/checkpoint_last.pt (epoch {} @ {} updates)"
 FRESH = "2026-11-29 09:00:00 | INFO | fairseq.trainer | No existing checkpoint found x/checkpoint_last.pt"
+PRETRAINED = ("2026-11-29 09:00:00 | INFO | fairseq.checkpoint_utils | loading pretrained model from p.pt: "
+              "optimizer, lr scheduler, meters, dataloader will be reset")
 
 
 def _log(tmp_path, *lines):
@@ -20,50 +27,84 @@ def _log(tmp_path, *lines):
     ("TranslationTask", 4, ["--max-tokens", "4096"], False),  # regrouped with --seed + 4
     ("TranslationTask", 1, [], True),  # epoch 1 is grouped with --seed + 1 either way
     ("ExactResumeTranslationTask", 4, [], True),
-    ("TranslationTask", 4, ["--update-epoch-batch-itr"], True),  # batched afresh every epoch anyway
-    ("TranslationTask", 4, ["--grouped-shuffling=True"], True),
+    ("TranslationTask", 4, ["--update-epoch-batch-itr", "True"], True),  # batched afresh every epoch anyway
+    ("TranslationTask", 4, ["--update-epoch-batch-itr=1"], True),
+    ("TranslationTask", 4, ["--grouped-shuffling"], True),  # sets --update-epoch-batch-itr when it is not given
+    ("TranslationTask", 4, ["--update-epoch-batch-itr", "False"], False),
+    ("TranslationTask", 4, ["--grouped-shuffling", "--update-epoch-batch-itr", "False"], False),
+    ("TranslationTask", 4, ["--reset-dataloader"], False),  # the data starts again at epoch 1
+    ("ExactResumeTranslationTask", 1, ["--reset-dataloader"], False),
+    ("ExactResumeTranslationTask", 4, ["--update-ordered-indices-seed"], False),
+    ("ExactResumeTranslationTask", 1, ["--update-ordered-indices-seed"], True),
     ("TranslationMultiSimpleEpochTask", 4, [], None),  # another task: not known
+    ("TranslationMultiSimpleEpochTask", 1, ["--update-epoch-batch-itr", "True"], None),
 ])
 def test_each_resumption_says_whether_its_batches_were_the_uninterrupted_trainings(
         tmp_path, task, epoch, options, expected):
     log = _log(tmp_path, FRESH, TASK.format("TranslationTask"), LOADED.format(1, 3),
                TASK.format(task), LOADED.format(epoch, 504))
-    assert resumptions_in_log(log, options) == [
-        {"update": 3, "epoch": 1, "task": "TranslationTask", "batches_as_uninterrupted": True},
-        {"update": 504, "epoch": epoch, "task": task, "batches_as_uninterrupted": expected}]
+    first, second = resumptions_in_log(log, options)
+    assert first["update"] == 3 and first["task"] == "TranslationTask"
+    assert {k: second[k] for k in ("update", "epoch", "task", "batches_as_uninterrupted")} == {
+        "update": 504, "epoch": epoch, "task": task, "batches_as_uninterrupted": expected}
+    assert ("why" in second) == (expected is False)
 
 
-def test_a_training_started_again_from_nothing_drops_the_earlier_trainings_resumptions(tmp_path):
+def test_data_in_shards_is_batched_every_epoch(tmp_path):
+    log = _log(tmp_path, TASK.format("TranslationTask"), LOADED.format(4, 504))
+    assert resumptions_in_log(log, [], "bin1")[0]["batches_as_uninterrupted"] is False
+    assert resumptions_in_log(log, [], "bin1:bin2")[0]["batches_as_uninterrupted"] is True
+    assert batched_each_epoch([], "a:b") and not batched_each_epoch(["--seed", "1"], "a")
+
+
+def test_a_training_started_again_from_nothing_or_a_pretrained_model_drops_the_earlier_resumptions(tmp_path):
     log = _log(tmp_path, TASK.format("TranslationTask"), FRESH, TASK.format("TranslationTask"), LOADED.format(3, 40),
                TASK.format("TranslationTask"), FRESH, TASK.format("ExactResumeTranslationTask"), LOADED.format(2, 30))
     assert resumptions_in_log(log) == [
         {"update": 30, "epoch": 2, "task": "ExactResumeTranslationTask", "batches_as_uninterrupted": True}]
+    # --finetune-from-model: the first launch loads the pretrained model (with its epoch), dataloader reset
+    log = _log(tmp_path, TASK.format("TranslationTask"), LOADED.format(3, 40), TASK.format("TranslationTask"),
+               PRETRAINED, LOADED.format(9, 5000), TASK.format("TranslationTask"), LOADED.format(1, 20))
+    assert [(r["update"], r["batches_as_uninterrupted"]) for r in resumptions_in_log(log)] == [(20, True)]
 
 
-def test_no_log_and_no_task_line(tmp_path):
+def test_an_attempt_without_a_task_line_is_not_told_by_the_one_before(tmp_path):
+    """The reproduce runner writes "$ command" before each attempt."""
+    log = _log(tmp_path, "$ fairseq-train a", TASK.format("TranslationTask"), LOADED.format(1, 3),
+               "$ fairseq-train a", LOADED.format(3, 40))
+    assert resumptions_in_log(log)[1] == {"update": 40, "epoch": 3, "task": None, "batches_as_uninterrupted": None}
     assert resumptions_in_log(str(tmp_path / "absent.log")) == []
-    assert resumptions_in_log(_log(tmp_path, LOADED.format(3, 40))) == [
-        {"update": 40, "epoch": 3, "task": None, "batches_as_uninterrupted": None}]
 
 
-@pytest.mark.parametrize("task, regrouped", [("TranslationTask", True), ("ExactResumeTranslationTask", False)])
-def test_the_reproduce_runner_records_a_cells_resumptions_and_names_a_regrouped_one(tmp_path, capsys, task, regrouped):
-    import json
-    import os
-    import sys
-
+def _cell(tmp_path):
     from fairseq_ctx.reproduce import runner, tables
     from tests.test_reproduce_road import _options
 
     table = tables.TABLES["cao_table2"]
-    cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path), str(tmp_path))[0]
-    # a training attempt whose fairseq log says it resumed in epoch 3; the evaluation that
-    # follows fails (there is no model), after train.json is written
-    lines = [TASK.format(task), LOADED.format(3, 40)]
-    cell.train_cmd = [sys.executable, "-c", f"print({chr(10).join(lines)!r})"]
+    return runner, runner.build_cells(table, table.rows[:1], _options(), str(tmp_path), str(tmp_path))[0]
+
+
+def _attempt(runner, cell, lines, code, *options):
+    """One training attempt whose output (the log) is ``lines``; it exits ``code``. After a
+    training that succeeds the evaluation fails (there is no model), after train.json is written."""
+    cell.train_cmd = [sys.executable, "-c", f"import sys; print({chr(10).join(lines)!r}); sys.exit({code})", *options]
     runner.run_cell(cell, "cpu", False, dict(os.environ))
+
+
+@pytest.mark.parametrize("task, options, regrouped", [
+    ("TranslationTask", (), True),
+    ("ExactResumeTranslationTask", (), False),
+    ("TranslationTask", ("--update-epoch-batch-itr", "True"), False),  # the cell's own options are read
+])
+def test_the_reproduce_runner_records_every_attempts_resumption_and_names_a_regrouped_one(
+        tmp_path, capsys, task, options, regrouped):
+    runner, cell = _cell(tmp_path)
+    _attempt(runner, cell, [TASK.format(task), LOADED.format(1, 10)], 3, *options)  # killed after resuming in epoch 1
+    assert cell.message.startswith("training exited 3")
+    _attempt(runner, cell, [TASK.format(task), LOADED.format(3, 40)], 0, *options)
     assert cell.message.startswith("evaluation of"), cell.message
     record = json.loads(tmp_path.joinpath(cell.train_dir, "train.json").read_text())
-    assert record["resumptions"] == [{"update": 40, "epoch": 3, "task": task, "batches_as_uninterrupted": not regrouped}]
-    said = "resumed at update 40 in epoch 3 under fairseq's TranslationTask: its batches from there on were grouped anew"
+    assert [(r["update"], r["epoch"], r["task"], r["batches_as_uninterrupted"]) for r in record["resumptions"]] == [
+        (10, 1, task, True), (40, 3, task, not regrouped)]
+    said = f"resumed at update 40 in epoch 3 under {task} (grouped anew with --seed + 3)"
     assert (said in capsys.readouterr().err) == regrouped

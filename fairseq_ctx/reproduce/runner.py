@@ -526,14 +526,14 @@ def run_cell(cell, setting, smoke, env, train_only=False):
                 cell.status, cell.message = "FAILED", f"training exited {code}; log {log}"
                 cell.log_tail = _tail(log)
                 return cell
-            resumptions = resumptions_in_log(log, cell.train_cmd)
+            resumptions = resumptions_in_log(log, cell.train_cmd, cell.bin_dir)
             if resumptions:  # every attempt's, from fairseq's log
                 record["resumptions"] = resumptions
             for r in resumptions:
                 if r["batches_as_uninterrupted"] is False:
-                    _say(cell, log, f"resumed at update {r['update']} in epoch {r['epoch']} under fairseq's "
-                                    f"{r['task']}: its batches from there on were grouped anew (--seed + {r['epoch']}), "
-                                    "a valid run of its seed but not the uninterrupted one (train.json resumptions)")
+                    _say(cell, log, f"resumed at update {r['update']} in epoch {r['epoch']} under {r['task']} "
+                                    f"({r['why']}): from there on a valid run of its seed, not the uninterrupted one "
+                                    "(train.json resumptions)")
             with atomic_write(os.path.join(cell.train_dir, "train.json")) as handle:
                 json.dump(dict(record, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z")), handle, indent=1)
             lock.release()
