@@ -13,10 +13,12 @@ class ("task: X") and, where it resumes from a checkpoint's data position, "Load
 ... (epoch E @ N updates)" with E the epoch its iterator is built for; a training started from
 nothing logs "No existing checkpoint found", one started from a pretrained model
 (``--finetune-from-model``) "loading pretrained model from": the log's earlier resumptions are
-then another training's. Kept free of fairseq imports: the drivers that read logs build no models.
+then another training's.
 """
 import ast
 import re
+
+from .reproduce.train import option_value
 
 # the class names fairseq-train logs for fairseq's translation and for translation_exact_resume
 TRANSLATION_TASK, EXACT_RESUME_TASK_CLASS = "TranslationTask", "ExactResumeTranslationTask"
@@ -25,17 +27,6 @@ _TASK = re.compile(r"\| fairseq_cli\.train \| task: (\w+)")
 _LOADED = re.compile(r"Loaded checkpoint .* \(epoch (\d+) @ (\d+) updates\)")
 _FRESH = re.compile(r"\| No existing checkpoint found ")
 _PRETRAINED = re.compile(r"\| loading pretrained model from .*dataloader will be reset")
-
-
-def _option(words, name):
-    """The last value given to ``name`` in ``words`` (``--name value`` or ``--name=value``), or None."""
-    value = None
-    for i, word in enumerate(words):
-        if word == name and i + 1 < len(words):
-            value = words[i + 1]
-        elif word.startswith(name + "="):
-            value = word.split("=", 1)[1]
-    return value
 
 
 def _names(options):
@@ -48,7 +39,7 @@ def batched_each_epoch(options, data_path=None):
     without a value given follows the ``--grouped-shuffling`` flag."""
     if data_path and ":" in data_path:
         return True
-    value = _option(options, "--update-epoch-batch-itr")
+    value = option_value(options, "--update-epoch-batch-itr")
     if value is None:
         return "--grouped-shuffling" in _names(options)
     try:
