@@ -617,8 +617,9 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
            "trained through, and no longer seeing their pair's batches unless that run was resumed the same way: "
            f"{'; '.join(meta['runs_regrouped'])}."]
           if meta.get("runs_regrouped") else []),
-        *([f"- resumed under a task other than `translation` / `translation_exact_resume` (whether their batches "
-           f"went on as the uninterrupted training's is not known here): {'; '.join(meta['runs_regrouping_unknown'])}."]
+        *([f"- runs whose batches after a resumption are not known to be the uninterrupted training's (resumed "
+           f"under another task than `translation` / `translation_exact_resume`, or imported from a report that "
+           f"did not record resumptions): {'; '.join(meta['runs_regrouping_unknown'])}."]
           if meta.get("runs_regrouping_unknown") else []),
         *([f"- {len(meta['runs_machine_unrecorded'])} run(s) with a training attempt whose kind of machine "
            f"cannot be told (a GPU the probe could not name, or one GPU of a node of mixed models), left out "
@@ -1138,10 +1139,13 @@ def _resumptions_of_run(run_dir, settings):
     return _resumptions_in(os.path.join(run_dir, "train.log"), settings)
 
 
-def _side_resumption(run_dir, u, settings):
-    """The resumption of the side training to ``u`` updates (``recover_checkpoint``: its log
-    RUN/train.to{u}.log, appended to by each side training; the last one's), as a list."""
-    return _resumptions_in(os.path.join(run_dir, f"train.to{u}.log"), settings)[-1:]
+def _side_resumption(run_dir, u, settings, every=False):
+    """The resumption of the latest side training to ``u`` updates (``recover_checkpoint``; its
+    log RUN/train.to{u}.log is appended to by each side training of the point), as a list; with
+    ``every``, those of all of them (a point scored before its side training's resumption was
+    recorded with it: which one made its checkpoint is not known)."""
+    found = _resumptions_in(os.path.join(run_dir, f"train.to{u}.log"), settings)
+    return found if every else found[-1:]
 
 
 def runs_regrouped(results, seeds):
@@ -1152,8 +1156,11 @@ def runs_regrouped(results, seeds):
     for name in sorted(results):
         for seed in seeds:
             rec = results[name].get(seed) or {}
-            side = [(u, r) for u, p in sorted((rec.get("curve") or {}).items()) for r in p.get("resumptions") or []]
-            for u, r in [(None, r) for r in rec.get("resumptions") or []] + side:
+            if rec and "resumptions" not in rec:  # a run imported from a report written before they were read
+                unknown.append(f"{name} seed {seed} (imported from {rec.get('imported_from')}: resumptions not recorded)")
+            side = sorted({(u, json.dumps(r, sort_keys=True)) for part in ("curve", "valid_bleu")
+                           for u, p in (rec.get(part) or {}).items() for r in p.get("resumptions") or []})
+            for u, r in [(None, r) for r in rec.get("resumptions") or []] + [(u, json.loads(r)) for u, r in side]:
                 where = (f"{name} seed {seed} ({f'the side training of its point {u}: ' if u else ''}at {r['update']} "
                          f"updates, epoch {r['epoch']}, {r['task'] or 'task not logged'}"
                          + (f": {r['why']}" if r.get("why") else "") + ")")
@@ -1246,16 +1253,17 @@ def _with_curves(rec, points, run_dir, updates, valid_points=None, train_points=
                              "eval_seconds": rec.get("eval_seconds")}
     rec["valid"] = {u: v for u, v in parse_valid_log_file(os.path.join(run_dir, "train.log")).items()
                     if u <= updates}
-    # (read from the logs each time: records written before these fields get them too)
-    resumptions = _resumptions_of_run(run_dir, rec.get("settings"))
-    if resumptions:
-        rec["resumptions"] = resumptions
-    for u, point in rec["curve"].items():
-        if (point.get("checkpoint") or "").startswith(f"to{u}{os.sep}"):  # a side training's (recover_checkpoint)
-            point["resumptions"] = _side_resumption(run_dir, u, rec.get("settings"))
+    # (read from the log each time: records written before this field get it too)
+    rec["resumptions"] = _resumptions_of_run(run_dir, rec.get("settings"))
     if valid_points:
         rec["valid_bleu"] = {u: {"bleu": p["bleu"], "checkpoint": p.get("checkpoint"),
                                  "eval_seconds": p.get("eval_seconds")} for u, p in sorted(valid_points.items())}
+    for part, scored in (("curve", points), ("valid_bleu", valid_points or {})):
+        for u, p in scored.items():
+            if "resumptions" in p:  # a side training's, recorded when the point was scored
+                rec[part][u]["resumptions"] = p["resumptions"]
+            elif (p.get("checkpoint") or "").startswith(f"to{u}{os.sep}"):  # scored before that was recorded
+                rec[part][u]["resumptions"] = _side_resumption(run_dir, u, rec.get("settings"), every=True)
         if (valid_points.get(updates) or {}).get("hyps") is not None:  # for the seed x sentence interval
             rec["valid_hyps"] = valid_points[updates]["hyps"]
     if train_points:  # (valid measured in the same pass as train: eval mode, fp32, the same criterion)
@@ -1652,7 +1660,9 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                     # is redone from this one (one decode per point) rather than mixing the two
                     log(f"[quality] {name} seed {seed}: training again for new points; its earlier "
                         "scores are dropped and every point is scored again from the new training")
-                for stale in ("result.json", "curve", "valid", "train_loss"):
+                # (and the logs of side trainings to curve points: recover_checkpoint)
+                for stale in ("result.json", "curve", "valid", "train_loss",
+                              *(os.path.basename(p) for p in glob.glob(os.path.join(run_dir, "train.to*.log")))):
                     path = os.path.join(run_dir, stale)
                     if os.path.isdir(path):
                         shutil.rmtree(path)
@@ -1722,7 +1732,8 @@ def run(configs, baselines, seeds, updates, common, data_bin, ref, out_dir, beam
                 scored[u] = {"settings": settings, "updates": u, "subset": subset, "bleu": res["bleu"],
                              "signature": res.get("signature"), "sentences": res.get("sentences"),
                              "checkpoint": os.path.relpath(ckpt, ckpt_dir),
-                             "eval_seconds": round(time.time() - t0, 1), "hyps": hyps}
+                             "eval_seconds": round(time.time() - t0, 1), "hyps": hyps,
+                             **({"resumptions": _side_resumption(run_dir, u, settings)} if side else {})}
                 _write_json(_point_path(run_dir, u, subset), scored[u])
                 log(f"[quality] {name} seed {seed}: {subset} BLEU {res['bleu']} at {u} updates")
             if side and not keep_checkpoints:
@@ -2404,6 +2415,9 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
         if regrouped:
             log(f"[quality] warning: run(s) resumed with other batches than the uninterrupted training's: "
                 f"{'; '.join(regrouped)}")
+        if regrouping_unknown:
+            log(f"[quality] run(s) resumed where whether the batches went on as the uninterrupted training's "
+                f"is not known: {'; '.join(regrouping_unknown)}")
         add_length_statistics(results, refs, a.tgt)
         summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
         comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)

@@ -50,15 +50,16 @@ def batched_each_epoch(options, data_path=None):
 
 def _judge(task, epoch, options, data_path):
     """(batches_as_uninterrupted, why when not): see ``resumptions_in_log``."""
+    names = _names(options)
+    if "--reset-dataloader" in names:  # (fairseq's checkpoint loading, whatever the task)
+        return False, "--reset-dataloader: the data restarted at epoch 1"
     if task not in (TRANSLATION_TASK, EXACT_RESUME_TASK_CLASS):
         return None, None  # another task may batch otherwise
-    names = _names(options)
-    if "--reset-dataloader" in names:
-        return False, "--reset-dataloader: the data restarted at epoch 1"
     if epoch == 1 or batched_each_epoch(options, data_path):
         return True, None
     if "--update-ordered-indices-seed" in names:
-        return False, f"--update-ordered-indices-seed: the sentences ordered with the epoch ({epoch})"
+        return False, (f"--update-ordered-indices-seed: batches grouped and ordered with seeds moved by the epoch "
+                       f"it resumed in ({epoch})")
     if task == EXACT_RESUME_TASK_CLASS:
         return True, None
     return False, f"grouped anew with --seed + {epoch}"
@@ -71,8 +72,8 @@ def resumptions_in_log(log_path, options=(), data_path=None):
     "batches_as_uninterrupted": True / False / None, "why": where False}]. True where the batches
     from N on are those of the training never stopped: fairseq's translation resumed in epoch 1
     (grouped with seed + 1 either way) or with batches built every epoch, and
-    translation_exact_resume; False for translation resumed in a later epoch, and under
-    --reset-dataloader or (E > 1) --update-ordered-indices-seed; None for any other task (not
+    translation_exact_resume; False under --reset-dataloader (any task), for translation resumed in
+    a later epoch, and (E > 1) under --update-ordered-indices-seed; None for any other task (not
     known here). ``options``: the training's command-line words; ``data_path``: its data
     directory (shards ``a:b``). [] for no log."""
     try:
@@ -84,13 +85,13 @@ def resumptions_in_log(log_path, options=(), data_path=None):
     out, task, pretrained = [], None, False
     for line in lines:
         if line.startswith("$ "):  # the reproduce runner's line before each attempt
-            task = None
+            task, pretrained = None, False
             continue
         m = _TASK.search(line)
         if m:
-            task = m.group(1)
+            task, pretrained = m.group(1), False
         elif _FRESH.search(line):
-            out = []
+            out, pretrained = [], False
         elif _PRETRAINED.search(line):
             out, pretrained = [], True  # its "Loaded checkpoint" line is the pretrained model's
         else:

@@ -1333,21 +1333,46 @@ def test_a_run_resumed_under_another_task_is_named_as_not_known(qc, study):
     assert q["meta"]["runs_regrouped"] is None
     assert q["meta"]["runs_regrouping_unknown"] == [
         "00-transformer seed 1 (at 30 updates, epoch 2, TranslationMultiSimpleEpochTask)"]
-    assert "resumed under a task other than" in (study.out / "quality.md").read_text()
+    assert "runs whose batches after a resumption are not known" in (study.out / "quality.md").read_text()
 
 
 @pytest.mark.parametrize("task, regrouped", [("TranslationTask", True), ("ExactResumeTranslationTask", False)])
 def test_the_side_training_of_a_curve_point_is_read_too(qc, study, task, regrouped):
     """A curve point at an epoch's end is trained again from the checkpoint before it (50 from
-    checkpoint_2_40.pt, epoch 2) in a side directory: that resumption is the point's."""
+    checkpoint_2_40.pt, epoch 2) in a side directory: that resumption is the point's, on test and
+    on valid, kept with the point (a later side training to the same point does not change it)."""
     study.fakes.task_logged = task
-    q = _main(qc, study, "--seeds", "1", "--configs", "00-*", "--curve-updates", "20,40,50")
-    point = q["runs"]["00-transformer"]["1"]["curve"][50]
-    assert [(r["update"], r["epoch"], r["batches_as_uninterrupted"]) for r in point["resumptions"]] == [
-        (40, 2, not regrouped)]
-    assert "resumptions" not in q["runs"]["00-transformer"]["1"]["curve"][40]
-    named = "00-transformer seed 1 (the side training of its point 50: at 40 updates, epoch 2, TranslationTask"
-    assert any(r.startswith(named) for r in q["meta"]["runs_regrouped"] or []) == regrouped
+    args = ("--seeds", "1", "--configs", "00-*", "--curve-updates", "20,40,50", "--keep-checkpoints")
+    q = _main(qc, study, *args, "--valid-bleu")
+    run = q["runs"]["00-transformer"]["1"]
+    for part in ("curve", "valid_bleu"):
+        assert [(r["update"], r["epoch"], r["task"], r["batches_as_uninterrupted"])
+                for r in run[part][50]["resumptions"]] == [(40, 2, task, not regrouped)], part
+        assert "resumptions" not in run[part][40]
+    named = f"00-transformer seed 1 (the side training of its point 50: at 40 updates, epoch 2, {task}"
+    assert [r for r in q["meta"]["runs_regrouped"] or [] if r.startswith(named)] == ([named + ": grouped anew "
+                                                                                       "with --seed + 2)"] if regrouped else [])
+    # another side training to 50 appended to its log (here under the other task): the scored point keeps its own
+    side_log = study.out / "runs" / "00-transformer" / "seed1" / "train.to50.log"
+    other = "ExactResumeTranslationTask" if regrouped else "TranslationTask"
+    side_log.write_text(side_log.read_text() + side_log.read_text().replace(task, other))
+    q = _main(qc, study, *args, "--valid-bleu")
+    assert q["runs"]["00-transformer"]["1"]["curve"][50]["resumptions"][0]["task"] == task
+    # a point scored before the side training's resumption was recorded with it: every side training of its log
+    point = study.out / "runs" / "00-transformer" / "seed1" / "curve" / "upd50" / "result.json"
+    rec = json.loads(point.read_text())
+    del rec["resumptions"]
+    point.write_text(json.dumps(rec))
+    q = _main(qc, study, *args, "--valid-bleu")
+    assert [r["task"] for r in q["runs"]["00-transformer"]["1"]["curve"][50]["resumptions"]] == [task, other]
+    assert any(r.startswith("00-transformer seed 1 (the side training of its point 50") for r in q["meta"]["runs_regrouped"])
+
+
+def test_an_imported_run_without_recorded_resumptions_is_named_as_not_known(qc):
+    rec = {"bleu": 1.0, "imported_from": "old.json"}
+    assert qc.runs_regrouped({"00-transformer": {1: rec}}, [1]) == (
+        [], ["00-transformer seed 1 (imported from old.json: resumptions not recorded)"])
+    assert qc.runs_regrouped({"00-transformer": {1: dict(rec, resumptions=[])}}, [1]) == ([], [])
 
 
 @pytest.mark.parametrize("settings, expected", [
@@ -2090,7 +2115,7 @@ def test_real_tiny_continuation_is_the_run_trained_to_the_end_from_the_start(qc,
     assert re.findall(r"Loaded checkpoint .* @ (\d+) updates", log) == ["8"]
     # read from fairseq's own log: the continuation ran under the exact-resume task
     assert [(r["update"], r["task"], r["batches_as_uninterrupted"]) for r in a["resumptions"]] == [
-        (8, "ExactResumeTranslationTask", True)] and "resumptions" not in b
+        (8, "ExactResumeTranslationTask", True)] and b["resumptions"] == []
     assert a["bleu"] == b["bleu"] and a["curve"][8]["bleu"] == b["curve"][8]["bleu"]
     hyps = [json.loads((out / "runs" / "00-transformer" / "seed1" / "result.json").read_text())["hyps"]
             for out in (tmp_path / "continued", tmp_path / "whole")]

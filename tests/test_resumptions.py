@@ -36,6 +36,9 @@ def _log(tmp_path, *lines):
     ("ExactResumeTranslationTask", 1, ["--reset-dataloader"], False),
     ("ExactResumeTranslationTask", 4, ["--update-ordered-indices-seed"], False),
     ("ExactResumeTranslationTask", 1, ["--update-ordered-indices-seed"], True),
+    ("TranslationTask", 4, ["--update-epoch-batch-itr", "True", "--update-ordered-indices-seed"], True),
+    ("TranslationTask", 4, ["--grouped-shuffling", "--reset-dataloader"], False),
+    ("TranslationMultiSimpleEpochTask", 4, ["--reset-dataloader"], False),  # fairseq's loading, any task
     ("TranslationMultiSimpleEpochTask", 4, [], None),  # another task: not known
     ("TranslationMultiSimpleEpochTask", 1, ["--update-epoch-batch-itr", "True"], None),
 ])
@@ -66,6 +69,12 @@ def test_a_training_started_again_from_nothing_or_a_pretrained_model_drops_the_e
     log = _log(tmp_path, TASK.format("TranslationTask"), LOADED.format(3, 40), TASK.format("TranslationTask"),
                PRETRAINED, LOADED.format(9, 5000), TASK.format("TranslationTask"), LOADED.format(1, 20))
     assert [(r["update"], r["batches_as_uninterrupted"]) for r in resumptions_in_log(log)] == [(20, True)]
+
+
+def test_a_pretrained_start_that_died_before_loading_does_not_hide_a_later_resumption(tmp_path):
+    log = _log(tmp_path, TASK.format("TranslationTask"), PRETRAINED,  # died before its "Loaded" line
+               TASK.format("TranslationTask"), FRESH, TASK.format("TranslationTask"), LOADED.format(3, 40))
+    assert [(r["update"], r["batches_as_uninterrupted"]) for r in resumptions_in_log(log)] == [(40, False)]
 
 
 def test_an_attempt_without_a_task_line_is_not_told_by_the_one_before(tmp_path):
