@@ -1258,14 +1258,14 @@ def _with_curves(rec, points, run_dir, updates, valid_points=None, train_points=
     if valid_points:
         rec["valid_bleu"] = {u: {"bleu": p["bleu"], "checkpoint": p.get("checkpoint"),
                                  "eval_seconds": p.get("eval_seconds")} for u, p in sorted(valid_points.items())}
+        if (valid_points.get(updates) or {}).get("hyps") is not None:  # for the seed x sentence interval
+            rec["valid_hyps"] = valid_points[updates]["hyps"]
     for part, scored in (("curve", points), ("valid_bleu", valid_points or {})):
         for u, p in scored.items():
             if "resumptions" in p:  # a side training's, recorded when the point was scored
                 rec[part][u]["resumptions"] = p["resumptions"]
             elif (p.get("checkpoint") or "").startswith(f"to{u}{os.sep}"):  # scored before that was recorded
                 rec[part][u]["resumptions"] = _side_resumption(run_dir, u, rec.get("settings"), every=True)
-        if (valid_points.get(updates) or {}).get("hyps") is not None:  # for the seed x sentence interval
-            rec["valid_hyps"] = valid_points[updates]["hyps"]
     if train_points:  # (valid measured in the same pass as train: eval mode, fp32, the same criterion)
         points = {u: p for u, p in sorted(train_points.items()) if u <= updates}
         rec["train_loss"] = {u: {"loss": round(p["train"]["loss"], 6), "nll_loss": round(p["train"]["nll_loss"], 6),
