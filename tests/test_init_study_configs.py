@@ -66,6 +66,12 @@ ARMS = {
     "22-context_aware-half_zero_context_projection_trained": (
         "01-context_aware-glorot", "01-transformer_context_aware",
         ["--context-init", "gate_half_zero_context", "--freeze-context-gates"]),
+    # 19 with the frozen gates at sigmoid(-0.8814) = 1 - 1/sqrt(2) instead of 1/2: the stock transformer
+    # with the encoder self-attention logits times (1 - lambda)^2 = 1/2 for the whole run, about the logit
+    # scale 21's trained gates reach (0.37-0.58): 24 - 19 is what that scale alone costs or gains
+    "24-context_aware-frozen_scale_half": (
+        "01-context_aware-glorot", "01-transformer_context_aware",
+        ["--context-init", "gate_half_zero_context", "--freeze-context", "--context-gate-bias", "-0.8814"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
@@ -155,11 +161,20 @@ def test_config_builds(name):
         rates = {layer.self_attn.contextualizer.context_dropout for layer in model.encoder.layers
                  if layer.self_attn.contextualizer is not None}
         assert rates == {parsed.context_dropout} and parsed.context_dropout > 0
-    if "context_aware" in name and parsed.context_init == "gate_half_zero_context":  # 18, 19, 21, 22
-        # V = 0 and U = 0 in every contextualised layer: Q^ = Q / 2, K^ = K / 2 at the start
+    if "context_aware" in name and parsed.context_init == "gate_half_zero_context":  # 18, 19, 21, 22, 24
+        # V = 0 and U = 0 in every contextualised layer: Q^ = (1 - lambda) Q, K^ = (1 - lambda) K at the
+        # start, lambda = sigmoid(gate bias), 1/2 without one
         contextualizers = [layer.self_attn.contextualizer for layer in model.encoder.layers]
         assert all(c is not None and c.gated for c in contextualizers)
-        assert all(torch.count_nonzero(p) == 0 for c in contextualizers for p in c.parameters())
+        assert all(torch.count_nonzero(p) == 0 for c in contextualizers
+                   for n, p in c.named_parameters() if n != "gate_bias")
+    if "frozen_scale_half" in name:
+        # 19's frozen start with the gates at 1 - 1/sqrt(2): every logit of the contextualised layers
+        # times (1 - lambda)^2 = 1/2 (to 1e-5), nothing the context adds trainable
+        lam = torch.sigmoid(torch.tensor(parsed.context_gate_bias, dtype=torch.float64))
+        assert abs(float((1 - lam) ** 2) - 0.5) < 1e-5
+        assert {n for n, p in model.named_parameters() if not p.requires_grad} == {
+            n for n, _ in model.named_parameters() if ".contextualizer." in n}
     if "bias0" in name:
         # 02's tensors at the same seed, plus the bias at 0: the gates start at 0.5 as in 02
         from tests.test_controlled_start import build
