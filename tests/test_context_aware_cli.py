@@ -8,9 +8,11 @@ it is the identity in generation is pinned by tests/test_context_aware_model.py)
 and exact resume of --context-dropout runs through fairseq-train."""
 import copy
 import glob
+import math
 import os
 import re
 
+import pytest
 import torch
 
 import fairseq_ctx.models  # noqa: F401
@@ -66,14 +68,15 @@ def test_context_dropout_keeps_the_stock_training_noise_and_resumes_exactly(tiny
         assert torch.equal(expected[name], got[name]), name
 
 
-def test_freeze_context_trains_the_stock_transformer_with_quartered_encoder_logits(tiny_corpus, tmp_path):
-    """Init study arm 19 (--context-init gate_half_zero_context --freeze-context, not in the
-    paper) through fairseq-train, a resume included: nothing the context adds is trained (U = 0,
-    V = 0, every gate sigmoid(0) = 1/2 after 4 updates), the stock weights are, and the trained
-    model is, from Eq. 5-6 with lambda = 1/2 and C U = 0, the stock transformer with each
-    contextualised layer's Q and K halved (its attention logits times 1/4): built as `transformer`
-    from the checkpoint's stock tensors with those layers' W_Q, W_K (and biases) halved, it gives
-    the same logits."""
+@pytest.mark.parametrize("gate_bias", [None, -0.8814])
+def test_freeze_context_trains_the_stock_transformer_with_scaled_encoder_logits(tiny_corpus, tmp_path, gate_bias):
+    """Init study arms 19 and 24 (--context-init gate_half_zero_context --freeze-context, 24 with
+    --context-gate-bias -0.8814; not in the paper) through fairseq-train, a resume included: nothing
+    the context adds is trained (U = 0, V = 0, every gate sigmoid(b) after 4 updates: 1/2 without a
+    bias), the stock weights are, and the trained model is, from Eq. 5-6 with C U = 0, the stock
+    transformer with each contextualised layer's Q and K times 1 - lambda (its attention logits
+    times 1/4 in 19, 1/2 in 24): built as `transformer` from the checkpoint's stock tensors with
+    those layers' W_Q, W_K (and biases) so scaled, it gives the same logits."""
     from fairseq import checkpoint_utils
     from fairseq.models.transformer import TransformerModel
 
@@ -81,7 +84,12 @@ def test_freeze_context_trains_the_stock_transformer_with_quartered_encoder_logi
 
     data = str(tiny_corpus / "bin")
     save_dir = str(tmp_path / "frozen")
-    arch = ["--encoder-context", "deep_global+deep", "--context-init", "gate_half_zero_context", *TINY]
+    arch = ["--encoder-context", "deep_global+deep", "--context-init", "gate_half_zero_context", *TINY,
+            *([] if gate_bias is None else [f"--context-gate-bias={gate_bias}"])]
+    # 1 - lambda from the equation, not from the model: lambda = sigmoid(b), 1/2 without a bias (b as
+    # the float32 parameter holds it: the model is compared in float64 to 1e-10)
+    stored_bias = None if gate_bias is None else float(torch.tensor(gate_bias, dtype=torch.float32))
+    keep = 0.5 if gate_bias is None else 1 - 1 / (1 + math.exp(-stored_bias))
 
     def train(updates):
         run([*fairseq_cli("train", data, "--user-dir", USER_DIR, *TRAIN_DEFAULTS,
@@ -95,8 +103,12 @@ def test_freeze_context_trains_the_stock_transformer_with_quartered_encoder_logi
     assert checkpoint["optimizer_history"][-1]["num_updates"] == 4
     state = checkpoint["model"]
     added = [k for k in state if ".contextualizer." in k]
-    assert len(added) == 1 + 2 + 2 * 2  # U: layer 1 global, layer 2 global and deep; V^H, V^C per layer
-    assert all(torch.count_nonzero(state[k]) == 0 for k in added)
+    biases = [k for k in added if k.endswith("gate_bias")]
+    assert len(biases) == (0 if gate_bias is None else 2)
+    added_by_equation = [k for k in added if k not in biases]
+    assert len(added_by_equation) == 1 + 2 + 2 * 2  # U: layer 1 global, layer 2 global and deep; V^H, V^C per layer
+    assert all(torch.count_nonzero(state[k]) == 0 for k in added_by_equation)
+    assert all(torch.equal(state[k], torch.full_like(state[k], gate_bias)) for k in biases)
     stock_keys = [k for k in state if k not in added]
     moved = [k for k in stock_keys if not torch.equal(state[k], after_two[k])]
     assert "encoder.layers.0.self_attn.q_proj.weight" in moved and len(moved) > len(stock_keys) // 2
@@ -107,14 +119,16 @@ def test_freeze_context_trains_the_stock_transformer_with_quartered_encoder_logi
     stock_args = copy.deepcopy(cfg.model)
     stock_args.arch = "transformer"
     stock = TransformerModel.build_model(stock_args, task)
-    stock_state = {k: v for k, v in state.items() if k not in added}
+    # in float64 before scaling: 1 - lambda = 0.7071... times a float32 weight is not exact in float32
+    stock_state = {k: v.double() for k, v in state.items() if k not in added}
     for layer in range(2):  # both encoder layers carry a context here
         for name in ("q_proj", "k_proj"):
             for part in ("weight", "bias"):
                 stock_state[f"encoder.layers.{layer}.self_attn.{name}.{part}"] = (
-                    stock_state[f"encoder.layers.{layer}.self_attn.{name}.{part}"] / 2)
+                    stock_state[f"encoder.layers.{layer}.self_attn.{name}.{part}"] * keep)
+    stock = stock.double()
     stock.load_state_dict(stock_state)
-    stock = stock.eval().double()
+    stock = stock.eval()
     batch = random_batch(frozen, (7, 5, 3), (4, 6, 2))[:3]
     torch.testing.assert_close(decoder_logits(frozen, *batch), decoder_logits(stock, *batch),
                                rtol=1e-10, atol=1e-10)
