@@ -43,17 +43,29 @@ def written_to_the_end(checkpoint):
     return not cut and not head.startswith(b"\0")
 
 
-def stored_updates(checkpoint):
-    """The update count a whole fairseq checkpoint was saved at (its optimizer history), or
-    None when it holds none (not a training checkpoint, or unreadable). The tensors are
-    memory-mapped, not read."""
+def stored_position(checkpoint):
+    """(update count, epoch of its data iterator or None) a whole fairseq checkpoint was saved at
+    (its optimizer history and extra_state's train_iterator), or None when it holds no update
+    count (not a training checkpoint, or unreadable). The tensors are memory-mapped, not read."""
     import torch
 
     try:
         state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)
-        return int(state["optimizer_history"][-1]["num_updates"])
+        updates = int(state["optimizer_history"][-1]["num_updates"])
     except Exception:  # noqa: BLE001  (any file that does not load is no resume point)
         return None
+    try:
+        epoch = int(state["extra_state"]["train_iterator"]["epoch"])
+    except (KeyError, TypeError, ValueError):
+        epoch = None
+    return updates, epoch
+
+
+def stored_updates(checkpoint):
+    """The update count a whole fairseq checkpoint was saved at (its optimizer history), or
+    None when it holds none (not a training checkpoint, or unreadable)."""
+    position = stored_position(checkpoint)
+    return None if position is None else position[0]
 
 
 def finished_at(save_dir, max_update):

@@ -16,12 +16,17 @@ nothing logs "No existing checkpoint found", one started from a pretrained model
 then another training's.
 """
 import ast
+import os
 import re
 
-from .reproduce.train import option_value
+from .checkpoint_repair import LAST, stored_position
+from .reproduce.train import EXACT_RESUME_TASK, option_value
 
 # the class names fairseq-train logs for fairseq's translation and for translation_exact_resume
 TRANSLATION_TASK, EXACT_RESUME_TASK_CLASS = "TranslationTask", "ExactResumeTranslationTask"
+
+# --task names -> the class names fairseq-train logs (other tasks are not judged)
+_TASK_CLASSES = {"translation": TRANSLATION_TASK, EXACT_RESUME_TASK: EXACT_RESUME_TASK_CLASS}
 
 _TASK = re.compile(r"\| fairseq_cli\.train \| task: (\w+)")
 _LOADED = re.compile(r"Loaded checkpoint .* \(epoch (\d+) @ (\d+) updates\)")
@@ -104,3 +109,42 @@ def resumptions_in_log(log_path, options=(), data_path=None):
                 out.append({"update": int(m.group(2)), "epoch": epoch, "task": task,
                             "batches_as_uninterrupted": as_uninterrupted, **({"why": why} if why else {})})
     return out
+
+
+def resumption_ahead(save_dir, options, data_path=None):
+    """The resumption a fairseq-train with the command-line words ``options`` is about to make, judged
+    as ``resumptions_in_log`` judges a logged one, from the checkpoint it will load (``--restore-file``,
+    SAVE_DIR/checkpoint_last.pt by default, as fairseq 0.12 picks it): {"checkpoint", "update", "epoch",
+    "task": the --task name, "batches_as_uninterrupted", "why" where False}; None when it starts from
+    nothing or from a pretrained model (``--finetune-from-model`` without a checkpoint_last.pt), or the
+    checkpoint holds no training position."""
+    restore = option_value(options, "--restore-file") or LAST
+    checkpoint = os.path.join(save_dir, LAST) if restore == LAST else restore
+    if restore == LAST and not os.path.isfile(checkpoint):  # a first launch
+        # --continue-once: its training position goes on (--finetune-from-model's is reset)
+        checkpoint = option_value(options, "--continue-once")
+    if not checkpoint or not os.path.isfile(checkpoint):
+        return None
+    position = stored_position(checkpoint)
+    if position is None or position[1] is None:
+        return None
+    updates, epoch = position
+    task = option_value(options, "--task") or "translation"
+    as_uninterrupted, why = _judge(_TASK_CLASSES.get(task), epoch, list(options), data_path)
+    return {"checkpoint": checkpoint, "update": updates, "epoch": epoch, "task": task,
+            "batches_as_uninterrupted": as_uninterrupted, **({"why": why} if why else {})}
+
+
+def describe_resumption_ahead(resumption):
+    """One line for the log of a command about to resume a training (``resumption_ahead``)."""
+    where = (f"resuming from {resumption['checkpoint']} at update {resumption['update']} "
+             f"(epoch {resumption['epoch']}, --task {resumption['task']})")
+    judged = resumption["batches_as_uninterrupted"]
+    if judged:
+        return f"{where}: the batches go on as the uninterrupted training's"
+    if judged is None:
+        return f"{where}: whether the batches go on as the uninterrupted training's is not known for this task"
+    advice = (f"; --task {EXACT_RESUME_TASK} resumes with the epoch-1 grouping"
+              if resumption["task"] == "translation" else "")
+    return (f"warning: {where}: {resumption['why']}: from here on the batches are not the uninterrupted "
+            f"training's (a valid run of its seed, not the same run{advice})")

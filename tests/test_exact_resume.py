@@ -22,17 +22,34 @@ BATCH = ["--max-tokens", "1000", "--update-freq", "2"]
 
 def _train(data, save_dir, task, stops):
     """fairseq-train to each number of updates in ``stops`` in turn (each start after the first
-    resumes checkpoint_last.pt); returns (final weights, the epochs each resumption started in)."""
+    resumes checkpoint_last.pt); returns (final weights, the epochs each resumption started in).
+    Before each start, the resumption fairseq_ctx.resumptions.resumption_ahead foresees from the
+    checkpoint (what fairseq-ctx-train prints) must be the one fairseq then logs, judged as the
+    log-reading judges it."""
+    from fairseq_ctx.resumptions import resumption_ahead, resumptions_in_log
+
     train = fairseq_cli("train", str(data), "--user-dir", USER_DIR, *TRAIN_DEFAULTS, *BATCH, *TINY_TRANSFORMER,
                         "--task", task, "--save-dir", str(save_dir))
-    epochs = []
+    epochs, judged = [], []
     for updates in stops:
+        ahead = resumption_ahead(str(save_dir), train, str(data))
         out = run([*train, "--max-update", str(updates)])
-        epochs += [int(e) for e in re.findall(r"[Ll]oaded checkpoint \S+ \(epoch (\d+) @ \d+ updates\)",
-                                              out.stdout + out.stderr)]
+        loaded = [(int(e), int(u)) for e, u in re.findall(r"[Ll]oaded checkpoint \S+ \(epoch (\d+) @ (\d+) updates\)",
+                                                          out.stdout + out.stderr)]
+        epochs += [e for e, _ in loaded]
+        if not loaded:
+            assert ahead is None
+            continue
+        assert (ahead["epoch"], ahead["update"]) == loaded[0]
+        log = save_dir / f"attempt-{updates}.log"
+        log.write_text(out.stdout + out.stderr)
+        logged, = resumptions_in_log(str(log), train, str(data))
+        assert ahead["batches_as_uninterrupted"] == logged["batches_as_uninterrupted"] is not None
+        assert ahead.get("why") == logged.get("why")
+        judged.append(ahead["batches_as_uninterrupted"])
     state = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == stops[-1]
-    return state["model"], epochs
+    return state["model"], epochs, judged
 
 
 def _same(a, b):
@@ -45,8 +62,9 @@ def uninterrupted(tiny_data_bin, tmp_path_factory):
 
 
 def test_a_training_resumed_in_later_epochs_ends_with_the_uninterrupted_weights(tiny_data_bin, tmp_path, uninterrupted):
-    resumed, epochs = _train(tiny_data_bin, tmp_path, "translation_exact_resume", [8, 12, UPDATES])
+    resumed, epochs, judged = _train(tiny_data_bin, tmp_path, "translation_exact_resume", [8, 12, UPDATES])
     assert epochs == [2, 3], epochs  # one inside epoch 2, one at the end of it
+    assert judged == [True, True]
     assert _same(resumed, uninterrupted)
 
 
@@ -54,10 +72,11 @@ def test_fairseqs_translation_regroups_the_batches_of_a_resumed_training_and_is_
         tiny_data_bin, tmp_path, uninterrupted):
     """What the task is for, seen: the stock task's resumed training is another run; its
     uninterrupted training is this task's, bit for bit (recorded runs stay what they were)."""
-    whole, _ = _train(tiny_data_bin, tmp_path / "whole", "translation", [UPDATES])
+    whole, _, _ = _train(tiny_data_bin, tmp_path / "whole", "translation", [UPDATES])
     assert _same(whole, uninterrupted)
-    resumed, epochs = _train(tiny_data_bin, tmp_path / "resumed", "translation", [8, UPDATES])
+    resumed, epochs, judged = _train(tiny_data_bin, tmp_path / "resumed", "translation", [8, UPDATES])
     assert epochs and epochs[0] > 1
+    assert judged == [False]  # foreseen before the start, as the log tells it after
     assert not _same(resumed, uninterrupted)
 
 

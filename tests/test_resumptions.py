@@ -117,3 +117,73 @@ def test_the_reproduce_runner_records_every_attempts_resumption_and_names_a_regr
         (10, 1, task, True), (40, 3, task, not regrouped)]
     said = f"resumed at update 40 in epoch 3 under {task} (grouped anew with --seed + 3)"
     assert (said in capsys.readouterr().err) == regrouped
+
+
+def _checkpoint(path, updates, epoch):
+    """A checkpoint as fairseq stores the training position: the optimizer history and the data
+    iterator's state (the epoch it resumes in)."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": {}, "optimizer_history": [{"num_updates": updates}],
+                "extra_state": {"train_iterator": {"version": 2, "epoch": epoch, "iterations_in_epoch": 5,
+                                                   "shuffle": True}}}, path)
+
+
+def _fairseq_ctx_train(tmp_path, capsys, *extra, own=()):
+    from fairseq_ctx.reproduce import train
+
+    train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / "bin"), "--save-dir",
+                str(tmp_path / "ck"), "--dry-run", *own, "--", *extra])
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("epoch, extra, says", [
+    (3, [], "go on as the uninterrupted training's"),  # fairseq-ctx-train's own task
+    (3, ["--task", "translation"], "grouped anew with --seed + 3"),
+    (1, ["--task", "translation"], "go on as the uninterrupted training's"),
+    (3, ["--task", "translation", "--update-epoch-batch-itr", "True"], "go on as the uninterrupted training's"),
+    (3, ["--task", "translation_multi_simple_epoch"], "not known for this task"),
+])
+def test_fairseq_ctx_train_says_before_it_resumes_whether_the_batches_go_on_as_uninterrupted(
+        tmp_path, capsys, epoch, extra, says):
+    _checkpoint(tmp_path / "ck" / "checkpoint_last.pt", 120, epoch)
+    err = _fairseq_ctx_train(tmp_path, capsys, *extra)
+    line, = [l for l in err.splitlines() if "resuming from" in l]
+    assert f"at update 120 (epoch {epoch}" in line and says in line
+    assert line.startswith("train: warning: ") == ("grouped anew" in says)
+    assert ("translation_exact_resume resumes with the epoch-1 grouping" in line) == ("grouped anew" in says)
+
+
+def test_fairseq_ctx_train_reads_the_checkpoint_fairseq_will_load(tmp_path, capsys):
+    # nothing to resume: no line; a --restore-file elsewhere is the one fairseq loads
+    assert "resuming" not in _fairseq_ctx_train(tmp_path, capsys, "--task", "translation")
+    _checkpoint(tmp_path / "elsewhere.pt", 40, 2)
+    err = _fairseq_ctx_train(tmp_path, capsys, "--task", "translation", "--restore-file", str(tmp_path / "elsewhere.pt"),
+                             own=["--skip-checkpoint-check"])
+    assert f"resuming from {tmp_path / 'elsewhere.pt'} at update 40 (epoch 2" in err and "grouped anew" in err
+    # --continue-once: at a first launch its position goes on
+    err = _fairseq_ctx_train(tmp_path, capsys, "--task", "translation", "--continue-once", str(tmp_path / "elsewhere.pt"))
+    assert f"resuming from {tmp_path / 'elsewhere.pt'} at update 40 (epoch 2" in err
+    # a fine-tuning start (no checkpoint_last.pt yet) is no resumption; once it has one, it is
+    _checkpoint(tmp_path / "pretrained.pt", 900, 7)
+    assert "resuming" not in _fairseq_ctx_train(tmp_path, capsys, "--finetune-from-model", str(tmp_path / "pretrained.pt"))
+    _checkpoint(tmp_path / "ck" / "checkpoint_last.pt", 10, 2)
+    err = _fairseq_ctx_train(tmp_path, capsys, "--finetune-from-model", str(tmp_path / "pretrained.pt"))
+    assert "checkpoint_last.pt at update 10 (epoch 2" in err
+    err = _fairseq_ctx_train(tmp_path, capsys, "--continue-once", str(tmp_path / "elsewhere.pt"))
+    assert "checkpoint_last.pt at update 10 (epoch 2" in err  # not a first launch any more
+
+
+def test_fairseq_ctx_train_says_it_before_it_starts_fairseq_train(tmp_path, capsys, monkeypatch):
+    from fairseq_ctx.reproduce import train
+
+    _checkpoint(tmp_path / "ck" / "checkpoint_last.pt", 120, 3)
+    said_before = []
+    monkeypatch.setattr(train.subprocess, "call",
+                        lambda cmd, **kwargs: said_before.append(capsys.readouterr().err) or 0)
+    with pytest.raises(SystemExit) as exit_:
+        train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / "bin"), "--save-dir", str(tmp_path / "ck"),
+                    "--", "--task", "translation"])
+    assert exit_.value.code == 0
+    assert "train: warning: resuming from" in said_before[0] and "grouped anew with --seed + 3" in said_before[0]

@@ -454,6 +454,17 @@ def checkpoint_warnings(words, settings=None):
     return out
 
 
+def _say_resumption(args, cmd):
+    """Before fairseq-train resumes: where from, and whether its batches go on as the uninterrupted
+    training's (fairseq_ctx/resumptions.py; the quality-compare and reproduce records read the same
+    from the log afterwards)."""
+    from ..resumptions import describe_resumption_ahead, resumption_ahead
+
+    resumption = resumption_ahead(args.save_dir, cmd, args.data)
+    if resumption is not None:
+        print(f"train: {describe_resumption_ahead(resumption)}", file=sys.stderr, flush=True)
+
+
 def main(argv=None):
     argv, extra = split_extra(argv)
     args = build_parser().parse_args(argv)
@@ -487,6 +498,7 @@ def main(argv=None):
         print(f"effective batch: {hw.effective} tokens ({hw.describe()})", flush=True)
     print(shlex.join(cmd), flush=True)
     if args.dry_run:
+        _say_resumption(args, cmd)
         return
     os.makedirs(args.save_dir, exist_ok=True)
     lock = RunLock(args.save_dir, "train.lock")
@@ -503,6 +515,8 @@ def main(argv=None):
         print(f"train: {args.save_dir}/checkpoint_last.pt is at update {done} (--max-update): the training has "
               "finished; not started again", file=sys.stderr, flush=True)
         sys.exit(0)
+    if args.node_rank == 0:
+        _say_resumption(args, cmd)
     # python_env: torchrun's `-m` workers would import a fairseq_ctx in the working directory
     code = subprocess.call(cmd, pass_fds=held_fds(args.save_dir), env=python_env())
     done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0)) if code and args.nnodes == 1 else None
