@@ -483,20 +483,20 @@ def test_retain_dropout_keeps_the_context_dropout_on_in_generation():
 
 
 def test_checkpoints_without_the_not_in_the_paper_options_build_the_paper_model():
-    """A checkpoint written before --context-gate-bias / --context-dropout / --freeze-context existed
-    has none of them in its args: the architecture fills them with 'no bias', 'no dropout' and
-    'trained'."""
+    """A checkpoint written before --context-gate-bias / --context-dropout / --freeze-context /
+    --context-stop-gradient existed has none of them in its args: the architecture fills them with
+    'no bias', 'no dropout', 'trained' and 'the gradient through C'."""
     from fairseq_ctx.models.transformer_context_aware import context_aware_base_architecture
     from tests.model_checks import parse_train_args
 
     args = parse_train_args([*ARCH, *TINY])
     later = ("context_gate_bias", "context_dropout", "freeze_context", "freeze_context_gates",
-             "freeze_context_projection")
-    assert tuple(getattr(args, name) for name in later) == (None, 0.0, False, False, False)
+             "freeze_context_projection", "context_stop_gradient")
+    assert tuple(getattr(args, name) for name in later) == (None, 0.0, False, False, False, False)
     for name in later:
         delattr(args, name)
     context_aware_base_architecture(args)
-    assert tuple(getattr(args, name) for name in later) == (None, 0.0, False, False, False)
+    assert tuple(getattr(args, name) for name in later) == (None, 0.0, False, False, False, False)
 
 
 @pytest.mark.parametrize("freeze", [False, True])
@@ -543,3 +543,30 @@ def test_freeze_context_parts_freeze_the_gates_or_u_on_both_sides_and_nothing_el
 def test_freeze_context_parts_without_gates_are_rejected_at_build_time(flag, message):
     with pytest.raises(ValueError, match=message):
         tiny_model(*context("deep", "none"), "--no-context-gate", flag)
+
+
+def test_context_stop_gradient_changes_only_the_gradients_below_the_context():
+    """--context-stop-gradient (init study arm 25, not in the paper): at the seed every tensor
+    starts as without it and the logits are the same; in a training step the decoder's gradients
+    and those of the top encoder layer (whose output no context reads) are the same, while the
+    embeddings and the encoder layers whose outputs are read as context get other gradients
+    (those sent back through C are gone); nothing is frozen."""
+    options = [*context("deep_global+deep", "none"), "--dropout", "0"]
+    grads, logits = {}, {}
+    for stop in (False, True):
+        model = tiny_model(*options, *(["--context-stop-gradient"] if stop else []), seed=3)
+        assert all(p.requires_grad for p in model.parameters())
+        assert all(layer.self_attn.contextualizer.stop_context_gradient == stop
+                   for layer in model.encoder.layers if layer.self_attn.contextualizer is not None)
+        model.train()
+        batch = random_batch(model, (7, 5, 3), (4, 6, 2))[:3]
+        out = decoder_logits(model, *batch)
+        out.log_softmax(-1)[..., 5].sum().backward()
+        logits[stop] = out.detach()
+        grads[stop] = {n: p.grad.clone() for n, p in model.named_parameters()}
+    assert torch.equal(logits[False], logits[True])
+    same = {n for n in grads[False] if torch.equal(grads[False][n], grads[True][n])}
+    top = f"encoder.layers.{len(model.encoder.layers) - 1}."
+    assert {n for n in grads[False] if n.startswith(("decoder.", top))} <= same
+    assert "encoder.embed_tokens.weight" not in same
+    assert all(f"encoder.layers.{i}.fc2.weight" not in same for i in range(len(model.encoder.layers) - 1))

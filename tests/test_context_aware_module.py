@@ -435,3 +435,33 @@ def test_context_dropout_adds_no_parameter_and_no_draw_at_build_time(init):
     assert list(dropped.state_dict()) == list(plain.state_dict())
     for (name, value), (_, other) in zip(plain.named_parameters(), dropped.named_parameters()):
         assert torch.equal(value, other), name
+
+
+def _gradients(module, q, k, global_ctx, deep_ctx):
+    """d(sum of a fixed weighting of Q^, K^) / d(every input and parameter)."""
+    inputs = [t.clone().requires_grad_(True) for t in (q, k, global_ctx, deep_ctx)]
+    module.zero_grad()
+    q_hat, k_hat, _ = module(*inputs)
+    weights = torch.linspace(-1, 1, q_hat.numel(), dtype=q_hat.dtype).view_as(q_hat)
+    ((q_hat * weights).sum() + (k_hat * weights.flip(0)).sum()).backward()
+    outputs = (q_hat.detach(), k_hat.detach())
+    return outputs, [t.grad for t in inputs], {n: p.grad.clone() for n, p in module.named_parameters()}
+
+
+def test_stop_context_gradient_keeps_the_forward_and_every_other_gradient_and_sends_none_through_c():
+    """Not in the paper (init study arm 25): C of Eq. 5-6 enters as a constant. Q^ and K^ are as
+    without it; the gradients of Q, K, U and V are as without it (U's is C^T dL/d(C U), C's value
+    unchanged); the global and the deep context receive none (without the option, both do)."""
+    module = ContextualQueryKey(D, 2, 3).double()  # glorot: U and V non-zero
+    contexts = _contexts()
+    plain_out, plain_inputs, plain_params = _gradients(module, *contexts)
+    module.stop_context_gradient = True
+    stopped_out, stopped_inputs, stopped_params = _gradients(module, *contexts)
+    assert all(torch.equal(a, b) for a, b in zip(plain_out, stopped_out))
+    for name in plain_params:
+        torch.testing.assert_close(stopped_params[name], plain_params[name], rtol=0, atol=0)
+    for i in (0, 1):  # Q, K
+        torch.testing.assert_close(stopped_inputs[i], plain_inputs[i], rtol=0, atol=0)
+    for i in (2, 3):  # global, deep context
+        assert plain_inputs[i].abs().max() > 1e-3
+        assert stopped_inputs[i] is None

@@ -72,6 +72,11 @@ ARMS = {
     "24-context_aware-frozen_scale_half": (
         "01-context_aware-glorot", "01-transformer_context_aware",
         ["--context-init", "gate_half_zero_context", "--freeze-context", "--context-gate-bias", "-0.8814"]),
+    # 22 with no gradient through the context C into the layers it is read from (C U still trained):
+    # 25 - 22 is what that gradient costs or gains in 22's training of U
+    "25-context_aware-projection_trained_context_stop_gradient": (
+        "01-context_aware-glorot", "01-transformer_context_aware",
+        ["--context-init", "gate_half_zero_context", "--freeze-context-gates", "--context-stop-gradient"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
@@ -189,6 +194,9 @@ def test_config_builds(name):
         assert len(added) == 3 + 4 + 4  # layer 1: global U; layers 2-3: global and deep U; V^H, V^C
         assert all(torch.count_nonzero(p) == 0 for n, p in model.named_parameters() if n in added)
         assert {n for n, p in model.named_parameters() if not p.requires_grad} == added
+    if "context_aware" in name:
+        assert all(layer.self_attn.contextualizer.stop_context_gradient == parsed.context_stop_gradient
+                   for layer in model.encoder.layers if layer.self_attn.contextualizer is not None)
     if "gates_trained" in name or "projection_trained" in name:
         # 18's start with one part of what the context adds frozen: 21 freezes U (5 tensors), 22 V^H, V^C (6)
         gates = {n for n, _ in model.named_parameters() if n.endswith(("gate_input", "gate_context"))}

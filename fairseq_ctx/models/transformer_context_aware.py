@@ -391,6 +391,11 @@ class ContextAwareTransformerModel(TransformerModel):
                                  'keeps its starting projection; with gate_half_zero_context C U = 0 '
                                  'throughout and the gates, sigmoid(Q V^H_Q) and sigmoid(K V^H_K), scale '
                                  'Q and K; pass it again when resuming)')
+        parser.add_argument('--context-stop-gradient', action='store_true',
+                            help='not in the paper (a diagnostic arm): no gradient through the context C '
+                                 'of Eq. 5-6 into the layers and embeddings it is read from (C enters as a '
+                                 'constant; U, V and every stock tensor are still trained; the forward '
+                                 'is unchanged; pass it again when resuming)')
         # fmt: on
 
     @classmethod
@@ -407,6 +412,7 @@ class ContextAwareTransformerModel(TransformerModel):
                       + (contextualizer.projection_parameters() if freeze_projection else []))
             for parameter in frozen:
                 parameter.requires_grad_(False)
+            contextualizer.stop_context_gradient = args.context_stop_gradient
         return model
 
     @classmethod
@@ -537,6 +543,7 @@ def context_aware_base_architecture(args):
     _set_default(args, "freeze_context", False)
     _set_default(args, "freeze_context_gates", False)
     _set_default(args, "freeze_context_projection", False)
+    _set_default(args, "context_stop_gradient", False)
     base_architecture(args)
 
 

@@ -251,6 +251,10 @@ class ContextualQueryKey(nn.Module):
                              "(e.g. its path in the model), which its masks are drawn from")
         self.context_dropout = float(context_dropout)
         self.dropout_stream = dropout_stream
+        # NOT in the paper (a diagnostic arm of the initialisation study): C enters Eq. 5-6 as a
+        # constant, so U, V and the layer's own Q, K are trained as with it but no gradient flows
+        # back through C into the layers (and embeddings) it is read from; the forward is unchanged
+        self.stop_context_gradient = False
         self.apply_dropout_during_inference = False  # fairseq's --retain-dropout (make_generation_fast_)
         self._dropout_run_seed: Optional[int] = None
         self._dropout_calls = 0
@@ -328,6 +332,9 @@ class ContextualQueryKey(nn.Module):
         """C U for all targets: (..., n_targets * d). The global part is usually
         1 x B x (g d) (one vector per sentence) and broadcasts over positions."""
         projected: Optional[Tensor] = None
+        if self.stop_context_gradient:  # not in the paper: see __init__
+            global_context = None if global_context is None else global_context.detach()
+            deep_context = None if deep_context is None else deep_context.detach()
         if self.global_proj is not None:
             if global_context is None:
                 raise ValueError("this layer needs a global context")
