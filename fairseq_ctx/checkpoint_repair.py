@@ -44,8 +44,9 @@ def written_to_the_end(checkpoint):
 
 
 def stored_position(checkpoint):
-    """(update count, epoch of its data iterator or None) a whole fairseq checkpoint was saved at
-    (its optimizer history and extra_state's train_iterator), or None when it holds no update
+    """(update count, epoch of its data iterator or None, whether it holds the optimizer state) a
+    whole fairseq checkpoint was saved at (its optimizer history, extra_state's train_iterator,
+    last_optimizer_state: absent under --no-save-optimizer-state), or None when it holds no update
     count (not a training checkpoint, or unreadable). The tensors are memory-mapped, not read."""
     import torch
 
@@ -58,7 +59,7 @@ def stored_position(checkpoint):
         epoch = int(state["extra_state"]["train_iterator"]["epoch"])
     except (KeyError, TypeError, ValueError):
         epoch = None
-    return updates, epoch
+    return updates, epoch, state.get("last_optimizer_state") is not None
 
 
 def stored_updates(checkpoint):

@@ -114,10 +114,17 @@ def resumptions_in_log(log_path, options=(), data_path=None):
 def resumption_ahead(save_dir, options, data_path=None):
     """The resumption a fairseq-train with the command-line words ``options`` is about to make, judged
     as ``resumptions_in_log`` judges a logged one, from the checkpoint it will load (``--restore-file``,
-    SAVE_DIR/checkpoint_last.pt by default, as fairseq 0.12 picks it): {"checkpoint", "update", "epoch",
-    "task": the --task name, "batches_as_uninterrupted", "why" where False}; None when it starts from
-    nothing or from a pretrained model (``--finetune-from-model`` without a checkpoint_last.pt), or the
-    checkpoint holds no training position."""
+    SAVE_DIR/checkpoint_last.pt by default, ``--continue-once`` at a first launch, as fairseq 0.12
+    picks it): {"checkpoint", "update": the count fairseq goes on from and logs, "saved_update", "epoch",
+    "task": the --task name, "batches_as_uninterrupted", "why" where False, "optimizer_resumed", and
+    "why_restarted" where not}. fairseq restores the update count with the optimizer state only: under
+    --reset-optimizer, or from a checkpoint without that state (--no-save-optimizer-state), the
+    optimizer, the lr schedule and the update count start over at 0 (the data position is kept).
+    None when it starts from nothing or from a pretrained model (``--finetune-from-model`` without a
+    checkpoint_last.pt), the checkpoint holds no training position, or under --checkpoint-suffix
+    (names not followed here)."""
+    if option_value(options, "--checkpoint-suffix"):
+        return None
     restore = option_value(options, "--restore-file") or LAST
     checkpoint = os.path.join(save_dir, LAST) if restore == LAST else restore
     if restore == LAST and not os.path.isfile(checkpoint):  # a first launch
@@ -128,23 +135,34 @@ def resumption_ahead(save_dir, options, data_path=None):
     position = stored_position(checkpoint)
     if position is None or position[1] is None:
         return None
-    updates, epoch = position
+    saved_update, epoch, has_optimizer_state = position
     task = option_value(options, "--task") or "translation"
     as_uninterrupted, why = _judge(_TASK_CLASSES.get(task), epoch, list(options), data_path)
-    return {"checkpoint": checkpoint, "update": updates, "epoch": epoch, "task": task,
-            "batches_as_uninterrupted": as_uninterrupted, **({"why": why} if why else {})}
+    restarted = ("--reset-optimizer" if "--reset-optimizer" in _names(options) else
+                 None if has_optimizer_state else "the checkpoint holds no optimizer state")
+    return {"checkpoint": checkpoint, "update": 0 if restarted else saved_update, "saved_update": saved_update,
+            "epoch": epoch, "task": task, "batches_as_uninterrupted": as_uninterrupted, **({"why": why} if why else {}),
+            "optimizer_resumed": not restarted, **({"why_restarted": restarted} if restarted else {})}
 
 
 def describe_resumption_ahead(resumption):
-    """One line for the log of a command about to resume a training (``resumption_ahead``)."""
+    """The lines for the log of a command about to resume a training (``resumption_ahead``)."""
     where = (f"resuming from {resumption['checkpoint']} at update {resumption['update']} "
              f"(epoch {resumption['epoch']}, --task {resumption['task']})")
+    lines = []
+    if not resumption["optimizer_resumed"]:
+        lines.append(f"warning: {where}: {resumption['why_restarted']}: fairseq starts the optimizer, the lr "
+                     f"schedule and the update count over (the checkpoint was saved at update "
+                     f"{resumption['saved_update']}): another training from these weights, not a continuation")
     judged = resumption["batches_as_uninterrupted"]
     if judged:
-        return f"{where}: the batches go on as the uninterrupted training's"
-    if judged is None:
-        return f"{where}: whether the batches go on as the uninterrupted training's is not known for this task"
-    advice = (f"; --task {EXACT_RESUME_TASK} resumes with the epoch-1 grouping"
-              if resumption["task"] == "translation" else "")
-    return (f"warning: {where}: {resumption['why']}: from here on the batches are not the uninterrupted "
-            f"training's (a valid run of its seed, not the same run{advice})")
+        lines.append(f"{where}: the batches go on as the uninterrupted training's")
+    elif judged is None:
+        lines.append(f"{where}: whether the batches go on as the uninterrupted training's is not known for this task")
+    else:
+        regrouped = resumption["why"].startswith("grouped anew")  # what the exact task is for
+        advice = (f"; --task {EXACT_RESUME_TASK} resumes with the epoch-1 grouping"
+                  if regrouped and resumption["task"] == "translation" else "")
+        lines.append(f"warning: {where}: {resumption['why']}: from here on the batches are not the uninterrupted "
+                     f"training's (a valid run of its seed, not the same run{advice})")
+    return lines

@@ -545,19 +545,23 @@ def test_freeze_context_parts_without_gates_are_rejected_at_build_time(flag, mes
         tiny_model(*context("deep", "none"), "--no-context-gate", flag)
 
 
-def test_context_stop_gradient_changes_only_the_gradients_below_the_context():
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_context_stop_gradient_changes_only_the_gradients_below_the_context(side):
     """--context-stop-gradient (init study arm 25, not in the paper): at the seed every tensor
-    starts as without it and the logits are the same; in a training step the decoder's gradients
-    and those of the top encoder layer (whose output no context reads) are the same, while the
-    embeddings and the encoder layers whose outputs are read as context get other gradients
-    (those sent back through C are gone); nothing is frozen."""
-    options = [*context("deep_global+deep", "none"), "--dropout", "0"]
+    starts as without it and the logits are the same; in a training step the gradients of the
+    contextualised stack's top layer (whose output no context reads) and of everything above it
+    are the same, while its embeddings and the layers whose outputs are read as context get other
+    gradients (those sent back through C are gone; with it, the layers below also get other
+    upstream gradients, so their U and V too); nothing is frozen. Encoder or (causal) decoder."""
+    options = [*(context("deep_global+deep", "none") if side == "encoder" else context("none", "deep_global+deep")),
+               "--dropout", "0"]
     grads, logits = {}, {}
     for stop in (False, True):
         model = tiny_model(*options, *(["--context-stop-gradient"] if stop else []), seed=3)
         assert all(p.requires_grad for p in model.parameters())
+        stack = getattr(model, side)
         assert all(layer.self_attn.contextualizer.stop_context_gradient == stop
-                   for layer in model.encoder.layers if layer.self_attn.contextualizer is not None)
+                   for layer in stack.layers if layer.self_attn.contextualizer is not None)
         model.train()
         batch = random_batch(model, (7, 5, 3), (4, 6, 2))[:3]
         out = decoder_logits(model, *batch)
@@ -566,7 +570,9 @@ def test_context_stop_gradient_changes_only_the_gradients_below_the_context():
         grads[stop] = {n: p.grad.clone() for n, p in model.named_parameters()}
     assert torch.equal(logits[False], logits[True])
     same = {n for n in grads[False] if torch.equal(grads[False][n], grads[True][n])}
-    top = f"encoder.layers.{len(model.encoder.layers) - 1}."
-    assert {n for n in grads[False] if n.startswith(("decoder.", top))} <= same
-    assert "encoder.embed_tokens.weight" not in same
-    assert all(f"encoder.layers.{i}.fc2.weight" not in same for i in range(len(model.encoder.layers) - 1))
+    layers = len(getattr(model, side).layers)
+    top = f"{side}.layers.{layers - 1}."
+    above = ("decoder.",) if side == "encoder" else ("decoder.output_projection",)
+    assert {n for n in grads[False] if n.startswith((*above, top))} <= same
+    assert f"{side}.embed_tokens.weight" not in same
+    assert all(f"{side}.layers.{i}.fc2.weight" not in same for i in range(layers - 1))

@@ -72,8 +72,9 @@ ARMS = {
     "24-context_aware-frozen_scale_half": (
         "01-context_aware-glorot", "01-transformer_context_aware",
         ["--context-init", "gate_half_zero_context", "--freeze-context", "--context-gate-bias", "-0.8814"]),
-    # 22 with no gradient through the context C into the layers it is read from (C U still trained):
-    # 25 - 22 is what that gradient costs or gains in 22's training of U
+    # 22 with no gradient through the context C into the layers it is read from (U still trained; at
+    # the start, U = 0, that gradient is 0 anyway): 25 - 22 is what that gradient, once U has grown,
+    # costs or gains in 22's training
     "25-context_aware-projection_trained_context_stop_gradient": (
         "01-context_aware-glorot", "01-transformer_context_aware",
         ["--context-init", "gate_half_zero_context", "--freeze-context-gates", "--context-stop-gradient"]),

@@ -119,13 +119,14 @@ def test_the_reproduce_runner_records_every_attempts_resumption_and_names_a_regr
     assert (said in capsys.readouterr().err) == regrouped
 
 
-def _checkpoint(path, updates, epoch):
-    """A checkpoint as fairseq stores the training position: the optimizer history and the data
-    iterator's state (the epoch it resumes in)."""
+def _checkpoint(path, updates, epoch, optimizer_state=True):
+    """A checkpoint as fairseq stores the training position: the optimizer history and state (not
+    under --no-save-optimizer-state) and the data iterator's state (the epoch it resumes in)."""
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"model": {}, "optimizer_history": [{"num_updates": updates}],
+                **({"last_optimizer_state": {"state": {}}} if optimizer_state else {}),
                 "extra_state": {"train_iterator": {"version": 2, "epoch": epoch, "iterations_in_epoch": 5,
                                                    "shuffle": True}}}, path)
 
@@ -153,6 +154,49 @@ def test_fairseq_ctx_train_says_before_it_resumes_whether_the_batches_go_on_as_u
     assert f"at update 120 (epoch {epoch}" in line and says in line
     assert line.startswith("train: warning: ") == ("grouped anew" in says)
     assert ("translation_exact_resume resumes with the epoch-1 grouping" in line) == ("grouped anew" in says)
+    assert "starts the optimizer" not in err
+
+
+@pytest.mark.parametrize("extra, optimizer_state, why", [
+    (["--reset-optimizer"], True, "--reset-optimizer"),
+    ([], False, "the checkpoint holds no optimizer state"),  # saved under --no-save-optimizer-state
+])
+def test_fairseq_ctx_train_warns_when_fairseq_will_start_the_update_count_over(tmp_path, capsys, extra,
+                                                                               optimizer_state, why):
+    # fairseq restores the update count with the optimizer state only, and logs "@ 0 updates"
+    _checkpoint(tmp_path / "ck" / "checkpoint_last.pt", 120, 3, optimizer_state=optimizer_state)
+    err = _fairseq_ctx_train(tmp_path, capsys, *extra, own=["--skip-checkpoint-check"])
+    warning, batches = [l for l in err.splitlines() if "resuming from" in l]
+    assert warning.startswith("train: warning: ") and "at update 0 (epoch 3" in warning and why in warning
+    assert "saved at update 120" in warning and "not a continuation" in warning
+    assert "go on as the uninterrupted training's" in batches
+
+
+def test_the_exact_task_is_advised_only_where_it_would_keep_the_batches(tmp_path, capsys):
+    _checkpoint(tmp_path / "ck" / "checkpoint_last.pt", 120, 3)
+    for extra in (["--reset-dataloader"], ["--update-ordered-indices-seed"]):
+        err = _fairseq_ctx_train(tmp_path, capsys, "--task", "translation", *extra, own=["--skip-checkpoint-check"])
+        line, = [l for l in err.splitlines() if "resuming from" in l and "batches" in l]
+        assert line.startswith("train: warning: ") and extra[0] in line
+        assert "translation_exact_resume" not in line
+
+
+def test_a_dry_run_says_what_the_real_start_would_do_first(tmp_path, capsys):
+    last = tmp_path / "ck" / "checkpoint_last.pt"
+    _checkpoint(last, 300, 3)
+    err = _fairseq_ctx_train(tmp_path, capsys, "--max-update", "300", own=["--skip-checkpoint-check"])
+    assert "a real start would not train again" in err and "resuming" not in err
+    last.write_bytes(last.read_bytes()[:-300])
+    err = _fairseq_ctx_train(tmp_path, capsys, "--max-update", "400", own=["--skip-checkpoint-check"])
+    assert "is cut off: a real start first replaces it" in err and "resuming" not in err
+
+
+def test_checkpoint_names_with_a_suffix_are_not_foreseen(tmp_path):
+    from fairseq_ctx.resumptions import resumption_ahead
+
+    _checkpoint(tmp_path / "checkpoint_last.pt", 120, 3)
+    assert resumption_ahead(str(tmp_path), ["--task", "translation"])["update"] == 120
+    assert resumption_ahead(str(tmp_path), ["--task", "translation", "--checkpoint-suffix", "-a"]) is None
 
 
 def test_fairseq_ctx_train_reads_the_checkpoint_fairseq_will_load(tmp_path, capsys):

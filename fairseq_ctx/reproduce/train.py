@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
-from ..checkpoint_repair import finished_at, repair_before_resuming
+from ..checkpoint_repair import LAST, finished_at, repair_before_resuming, written_to_the_end
 from ..paths import CONFIGS, config_path, python_env
 from ..paths import IMPORT_ROOT as ROOT  # noqa: F401  (runner: child processes run from there)
 from ..paths import PACKAGE_DIR as USER_DIR
@@ -461,8 +461,8 @@ def _say_resumption(args, cmd):
     from ..resumptions import describe_resumption_ahead, resumption_ahead
 
     resumption = resumption_ahead(args.save_dir, cmd, args.data)
-    if resumption is not None:
-        print(f"train: {describe_resumption_ahead(resumption)}", file=sys.stderr, flush=True)
+    for line in describe_resumption_ahead(resumption) if resumption is not None else []:
+        print(f"train: {line}", file=sys.stderr, flush=True)
 
 
 def main(argv=None):
@@ -498,7 +498,17 @@ def main(argv=None):
         print(f"effective batch: {hw.effective} tokens ({hw.describe()})", flush=True)
     print(shlex.join(cmd), flush=True)
     if args.dry_run:
-        _say_resumption(args, cmd)
+        # what the real start would do first: leave a finished training alone, repair a cut-off last
+        done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0)) if args.nnodes == 1 else None
+        last = os.path.join(args.save_dir, LAST)
+        if done is not None:
+            print(f"train: {last} is at update {done} (--max-update): a real start would not train again",
+                  file=sys.stderr, flush=True)
+        elif os.path.isfile(last) and not written_to_the_end(last):
+            print(f"train: {last} is cut off: a real start first replaces it by the newest whole checkpoint "
+                  "and resumes from that", file=sys.stderr, flush=True)
+        else:
+            _say_resumption(args, cmd)
         return
     os.makedirs(args.save_dir, exist_ok=True)
     lock = RunLock(args.save_dir, "train.lock")
