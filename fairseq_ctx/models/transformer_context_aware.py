@@ -394,8 +394,9 @@ class ContextAwareTransformerModel(TransformerModel):
         parser.add_argument('--context-stop-gradient', action='store_true',
                             help='not in the paper (a diagnostic arm): no gradient through the context C '
                                  'of Eq. 5-6 into the layers and embeddings it is read from (C enters as a '
-                                 'constant; U, V and every stock tensor are still trained; the forward '
-                                 'is unchanged; pass it again when resuming)')
+                                 'constant: U, V and every stock tensor are still trained, the layers below '
+                                 'with what reaches them by the other paths; the forward is unchanged; with '
+                                 'U = 0 that gradient is 0 anyway; pass it again when resuming)')
         # fmt: on
 
     @classmethod

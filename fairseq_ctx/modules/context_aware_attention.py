@@ -252,8 +252,9 @@ class ContextualQueryKey(nn.Module):
         self.context_dropout = float(context_dropout)
         self.dropout_stream = dropout_stream
         # NOT in the paper (a diagnostic arm of the initialisation study): C enters Eq. 5-6 as a
-        # constant, so U, V and the layer's own Q, K are trained as with it but no gradient flows
-        # back through C into the layers (and embeddings) it is read from; the forward is unchanged
+        # constant: for the same gradient from above, U's, V's, Q's and K's are as without it, and
+        # none flows back through C into the layers (and embeddings) it is read from; the forward
+        # is unchanged
         self.stop_context_gradient = False
         self.apply_dropout_during_inference = False  # fairseq's --retain-dropout (make_generation_fast_)
         self._dropout_run_seed: Optional[int] = None
