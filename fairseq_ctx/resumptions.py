@@ -166,3 +166,87 @@ def describe_resumption_ahead(resumption):
         lines.append(f"warning: {where}: {resumption['why']}: from here on the batches are not the uninterrupted "
                      f"training's (a valid run of its seed, not the same run{advice})")
     return lines
+
+
+# model options that change what the model uses in memory or how it is run, not what it computes
+_COMPUTE_ONLY = frozenset({"checkpoint_activations", "offload_activations", "min_params_to_wrap", "export"})
+# options outside the model's whose change makes a resumption another training (the update,
+# the loss, the data order and dropout masks: fairseq seeds each update with --seed + its count)
+TRAINING_OPTIONS = ("seed", "criterion", "label_smoothing", "optimizer", "lr", "adam_betas", "adam_eps", "clip_norm",
+                    "weight_decay", "lr_scheduler", "warmup_updates", "warmup_init_lr")
+
+
+def _stored_options(checkpoint):
+    """The namespace of options a fairseq checkpoint was trained with, as a dict (cfg.model holds
+    them all for fairseq's legacy architectures; older checkpoints keep ``args``), or None."""
+    import torch
+
+    try:
+        state = torch.load(checkpoint, map_location="cpu", mmap=True, weights_only=False)
+    except Exception:  # noqa: BLE001  (an unreadable checkpoint is fairseq's to report)
+        return None
+    stored = (state.get("cfg") or {}).get("model") or state.get("args")
+    if stored is None:
+        return None
+    if not isinstance(stored, dict) and hasattr(stored, "keys"):  # an omegaconf DictConfig
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(stored, resolve=True)
+    return dict(vars(stored)) if not isinstance(stored, dict) else stored
+
+
+def _model_option_names(arch):
+    """The options of ``arch``'s model class (its add_args), as fairseq names them in a namespace."""
+    import argparse
+
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    parser = argparse.ArgumentParser(add_help=False)
+    if arch in ARCH_MODEL_REGISTRY:
+        ARCH_MODEL_REGISTRY[arch].add_args(parser)
+    return {action.dest for action in parser._actions}
+
+
+def options_changed(checkpoint, train_argv):
+    """What fairseq-train with ``train_argv`` (its own arguments, data directory first) would
+    train otherwise than the checkpoint was trained: {"model": [(option, in the checkpoint, now)]
+    for --arch and each option of the model's architecture (its add_args, after the architecture's
+    defaults) but those that only change memory use, "training": the same for TRAINING_OPTIONS}.
+    fairseq resumes from any checkpoint whose tensors fit, so a resumption with another model
+    option (another config, or a flag such as --freeze-context or --context-stop-gradient left off)
+    trains another model from there without a word. Not compared: an option left unset now (None:
+    the model fills in its default when built, as the checkpoint's value may have been), and one
+    the checkpoint does not record (its code had no such option) unless it is given now. None when
+    the checkpoint records no options or fairseq-train would reject ``train_argv``."""
+    from fairseq import options as fairseq_options
+
+    stored = _stored_options(checkpoint)
+    if stored is None:
+        return None
+    try:
+        now = vars(fairseq_options.parse_args_and_arch(fairseq_options.get_training_parser(),
+                                                       input_args=list(train_argv)))
+    except SystemExit:  # options fairseq-train rejects: its own message says which
+        return None
+    given = _names(train_argv)
+
+    def differ(names):
+        out = []
+        for name in names:
+            value = now.get(name)
+            if value is None:
+                continue
+            if name not in stored:
+                if f"--{name.replace('_', '-')}" in given:
+                    out.append((name, "not recorded", value))
+            elif stored[name] != value and str(stored[name]) != str(value):  # (a value typed otherwise)
+                out.append((name, stored[name], value))
+        return out
+
+    names = _model_option_names(stored.get("arch")) | _model_option_names(now.get("arch"))
+    return {"model": differ(["arch", *sorted(names - _COMPUTE_ONLY)]), "training": differ(TRAINING_OPTIONS)}
+
+
+def describe_options_changed(changed):
+    """'--option: V in the checkpoint, W now' for each of ``changed`` (``options_changed``'s lists)."""
+    return "; ".join(f"--{name.replace('_', '-')}: {then} in the checkpoint, {now} now" for name, then, now in changed)

@@ -117,6 +117,15 @@ def cli_roundtrip(tiny_corpus, tmp_path):
         first = run([*train, "--max-update", str(updates)])
         checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
         assert os.path.exists(checkpoint), first.stderr[-3000:]
+        # what fairseq-ctx-train compares before a resumption: nothing for the same command, the
+        # one model option changed for another (it refuses to resume then)
+        from fairseq_ctx.resumptions import options_changed
+
+        assert options_changed(checkpoint, train[3:]) == {"model": [], "training": []}
+        changed = options_changed(checkpoint, [*train[3:], "--dropout", "0.37"])
+        # (lstm's architecture takes its dropout_in / _out from --dropout)
+        assert ("dropout", 0.37) in [(name, now) for name, _, now in changed["model"]] and not changed["training"]
+        assert all("dropout" in name and now == 0.37 for name, _, now in changed["model"]), changed
 
         # resume: fairseq reloads checkpoint_last.pt (optimizer state included) and goes on
         resumed = run([*train, "--max-update", str(updates + 1)])

@@ -26,13 +26,15 @@ def _train(data, save_dir, task, stops):
     Before each start, the resumption fairseq_ctx.resumptions.resumption_ahead foresees from the
     checkpoint (what fairseq-ctx-train prints) must be the one fairseq then logs, judged as the
     log-reading judges it."""
-    from fairseq_ctx.resumptions import resumption_ahead, resumptions_in_log
+    from fairseq_ctx.resumptions import options_changed, resumption_ahead, resumptions_in_log
 
     train = fairseq_cli("train", str(data), "--user-dir", USER_DIR, *TRAIN_DEFAULTS, *BATCH, *TINY_TRANSFORMER,
                         "--task", task, "--save-dir", str(save_dir))
     epochs, judged = [], []
     for updates in stops:
         ahead = resumption_ahead(str(save_dir), train, str(data))
+        # the same command: nothing that fairseq-ctx-train would refuse or warn of
+        assert ahead is None or options_changed(ahead["checkpoint"], train[3:]) == {"model": [], "training": []}
         out = run([*train, "--max-update", str(updates)])
         loaded = [(int(e), int(u)) for e, u in re.findall(r"[Ll]oaded checkpoint \S+ \(epoch (\d+) @ (\d+) updates\)",
                                                           out.stdout + out.stderr)]

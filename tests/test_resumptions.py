@@ -231,3 +231,68 @@ def test_fairseq_ctx_train_says_it_before_it_starts_fairseq_train(tmp_path, caps
                     "--", "--task", "translation"])
     assert exit_.value.code == 0
     assert "train: warning: resuming from" in said_before[0] and "grouped anew with --seed + 3" in said_before[0]
+
+
+def _checkpoint_trained_with(path, train_argv, updates=120, epoch=3, drop=()):
+    """A checkpoint holding the options fairseq-train parses from ``train_argv`` (its cfg.model,
+    as fairseq stores them for its legacy architectures), less the options in ``drop`` (a
+    checkpoint of code that had no such option)."""
+    import torch
+    from fairseq import options
+
+    _checkpoint(path, updates, epoch)
+    namespace = options.parse_args_and_arch(options.get_training_parser(), input_args=train_argv)
+    for name in drop:
+        delattr(namespace, name)
+    state = torch.load(path, weights_only=False)
+    torch.save({**state, "cfg": {"model": namespace}}, path)
+
+
+def _fairseq_train_argv(tmp_path, *extra):
+    """fairseq-train's arguments in the command _fairseq_ctx_train builds."""
+    from fairseq_ctx.paths import config_path
+    from fairseq_ctx.reproduce import train
+
+    return train.fairseq_train_argv(train.build_command(config_path("yang2019/both.args"), "cpu", str(tmp_path / "bin"),
+                                                        str(tmp_path / "ck"), list(extra)))
+
+
+def test_fairseq_ctx_train_refuses_to_resume_a_checkpoint_trained_with_other_model_options(tmp_path, capsys):
+    last = tmp_path / "ck" / "checkpoint_last.pt"
+    _checkpoint_trained_with(last, _fairseq_train_argv(tmp_path))
+    err = _fairseq_ctx_train(tmp_path, capsys)  # the same command resumes
+    assert "resuming from" in err and "other model options" not in err and "options than" not in err
+    # another config in the same --save-dir, or a flag the first run had: refused, one message
+    with pytest.raises(SystemExit) as refused:
+        _fairseq_ctx_train(tmp_path, capsys, "--context-stop-gradient")
+    message = str(refused.value.code)
+    assert "was trained with other model options than this command's" in message
+    assert "--context-stop-gradient: False in the checkpoint, True now" in message and "--allow-changed-options" in message
+    with pytest.raises(SystemExit):
+        _fairseq_ctx_train(tmp_path, capsys, "--encoder-context", "deep")
+    # asked for: resumed with a warning naming the change
+    err = _fairseq_ctx_train(tmp_path, capsys, "--context-stop-gradient", own=["--allow-changed-options"])
+    warning, = [l for l in err.splitlines() if "other model options than the checkpoint's" in l]
+    assert warning.startswith("train: warning: ") and "--context-stop-gradient: False in the checkpoint, True now" in warning
+    # a new training from these weights (the optimizer starts over): told, not refused
+    err = _fairseq_ctx_train(tmp_path, capsys, "--context-stop-gradient", "--reset-optimizer",
+                             own=["--skip-checkpoint-check"])
+    assert "other model options than the checkpoint's: --context-stop-gradient" in err
+    # options of the training outside the model: told, not refused
+    err = _fairseq_ctx_train(tmp_path, capsys, "--lr", "1e-5", "--seed", "9")
+    warning, = [l for l in err.splitlines() if "other training options" in l]
+    assert "--seed: 1 in the checkpoint, 9 now" in warning and "--lr: [" in warning
+
+
+def test_an_option_the_checkpoint_does_not_record_counts_only_where_it_is_given(tmp_path, capsys):
+    last = tmp_path / "ck" / "checkpoint_last.pt"
+    _checkpoint_trained_with(last, _fairseq_train_argv(tmp_path), drop=["context_stop_gradient"])
+    assert "options than" not in _fairseq_ctx_train(tmp_path, capsys)
+    with pytest.raises(SystemExit) as refused:
+        _fairseq_ctx_train(tmp_path, capsys, "--context-stop-gradient")
+    assert "--context-stop-gradient: not recorded in the checkpoint, True now" in str(refused.value.code)
+
+
+def test_options_that_change_memory_use_only_are_not_a_change(tmp_path, capsys):
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt", _fairseq_train_argv(tmp_path))
+    assert "options than" not in _fairseq_ctx_train(tmp_path, capsys, "--checkpoint-activations")

@@ -273,6 +273,9 @@ def build_parser():
     parser.add_argument("--skip-checkpoint-check", action="store_true",
                         help="train even with options after '--' that leave the paper's evaluation or a resumption "
                              "without its checkpoints (a throughput or debugging run no one evaluates or resumes)")
+    parser.add_argument("--allow-changed-options", action="store_true",
+                        help="resume even from a checkpoint trained with other model options than this command's "
+                             "(a deliberate change, e.g. training the context after it was frozen); refused otherwise")
     return parser
 
 
@@ -454,15 +457,32 @@ def checkpoint_warnings(words, settings=None):
     return out
 
 
-def _say_resumption(args, cmd):
+def _say_resumption(args, cmd, dry_run=False):
     """Before fairseq-train resumes: where from, and whether its batches go on as the uninterrupted
     training's (fairseq_ctx/resumptions.py; the quality-compare and reproduce records read the same
-    from the log afterwards)."""
-    from ..resumptions import describe_resumption_ahead, resumption_ahead
+    from the log afterwards). Refused (non-zero exit) when the checkpoint was trained with other model
+    options than ``cmd``'s and the optimizer would go on (unless --allow-changed-options): fairseq
+    would resume another model's training from it without a word."""
+    from ..resumptions import describe_options_changed, describe_resumption_ahead, options_changed, resumption_ahead
 
     resumption = resumption_ahead(args.save_dir, cmd, args.data)
-    for line in describe_resumption_ahead(resumption) if resumption is not None else []:
-        print(f"train: {line}", file=sys.stderr, flush=True)
+    if resumption is None:
+        return
+    if args.node_rank == 0:
+        for line in describe_resumption_ahead(resumption):
+            print(f"train: {line}", file=sys.stderr, flush=True)
+    changed = options_changed(resumption["checkpoint"], fairseq_train_argv(cmd)) or {"model": [], "training": []}
+    if changed["model"] and resumption["optimizer_resumed"] and not args.allow_changed_options:
+        sys.exit(f"train: {resumption['checkpoint']} was trained with other model options than this command's: "
+                 f"{describe_options_changed(changed['model'])}; resuming would go on training another model "
+                 f"from it (another config in this --save-dir?). Use another --save-dir, or "
+                 f"--allow-changed-options to resume with the change{'' if dry_run else '; nothing was started'}")
+    if args.node_rank == 0:
+        for kind in ("model", "training"):
+            if changed[kind]:
+                print(f"train: warning: resuming with other {kind} options than the checkpoint's: "
+                      f"{describe_options_changed(changed[kind])}: from here on another training than the "
+                      "checkpoint's", file=sys.stderr, flush=True)
 
 
 def main(argv=None):
@@ -508,7 +528,7 @@ def main(argv=None):
             print(f"train: {last} is cut off: a real start first replaces it by the newest whole checkpoint "
                   "and resumes from that", file=sys.stderr, flush=True)
         else:
-            _say_resumption(args, cmd)
+            _say_resumption(args, cmd, dry_run=True)
         return
     os.makedirs(args.save_dir, exist_ok=True)
     lock = RunLock(args.save_dir, "train.lock")
@@ -525,8 +545,7 @@ def main(argv=None):
         print(f"train: {args.save_dir}/checkpoint_last.pt is at update {done} (--max-update): the training has "
               "finished; not started again", file=sys.stderr, flush=True)
         sys.exit(0)
-    if args.node_rank == 0:
-        _say_resumption(args, cmd)
+    _say_resumption(args, cmd)  # every node: each would refuse the same checkpoint and command
     # python_env: torchrun's `-m` workers would import a fairseq_ctx in the working directory
     code = subprocess.call(cmd, pass_fds=held_fds(args.save_dir), env=python_env())
     done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0)) if code and args.nnodes == 1 else None
