@@ -1,0 +1,213 @@
+"""What arm 25 (`22` without the gradient through C: gates frozen at lambda = 1/2, U trained from 0)
+does with its trained context term, read from its checkpoints (post hoc, CPU):
+
+- valid loss as fairseq-train computes it (task.valid_step, label-smoothed, base 2), and again with
+  U set to 0 in every contextualised layer: with the gates at 1/2 that is arm `19`'s computation
+  (Q and K halved, logits x 1/4) with 25's other weights, so the rise says how much the trained
+  model relies on its context term;
+- per layer and target (Eq. 5, lambda = 1/2): rms(C U_t) / rms(t) over the valid set (t = Q, K;
+  padding positions included), and for K the same for C U_K's part that varies over the positions
+  of a sentence (only that part moves a query's softmax over keys);
+- per encoder layer, for 25 as trained, with U set to 0, and for any other context-aware run (`24`):
+  the spread of the attention logits over the keys and the attention entropy over the valid set;
+- the gradient U holds at that point, on the first training batches in train mode (dropout on, as
+  in training): ||g_U|| / ||g|| over the trained parameters (with --clip-norm, the other
+  parameters' clipped gradient is scaled by ||g||, not ||g without U||: a factor
+  sqrt(1 - share^2) where the clip acts).
+
+    python docs/results/ca-arms-1200-cpu/context_term_diagnostics.py RUN_DIR... --data work/demo/data/bin \
+        [--updates 800 1200] [--train-batches 20] [--at-start] [--json OUT]
+
+RUN_DIR: a quality-compare run directory (its checkpoints/checkpoint_5_800.pt, checkpoint_last.pt).
+"""
+import argparse
+import glob
+import json
+import math
+import os
+
+import torch
+from fairseq import checkpoint_utils, utils
+
+import fairseq_ctx  # noqa: F401  (registers the architectures)
+from fairseq_ctx.modules.context_aware_attention import ContextualQueryKey
+
+
+def _checkpoint(run_dir, updates):
+    found = [p for p in glob.glob(os.path.join(run_dir, "checkpoints", f"checkpoint_*_{updates}.pt"))]
+    if found:
+        return found[0]
+    last = os.path.join(run_dir, "checkpoints", "checkpoint_last.pt")
+    state = torch.load(last, map_location="cpu", mmap=True, weights_only=False)
+    return last if state["optimizer_history"][-1]["num_updates"] == updates else None
+
+
+def _batches(task, model, subset, max_tokens):
+    task.load_dataset(subset, combine=False, epoch=1)
+    return task.get_batch_iterator(
+        dataset=task.dataset(subset), max_tokens=max_tokens,
+        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+        required_batch_size_multiple=1, seed=1).next_epoch_itr(shuffle=False)
+
+
+def _valid_loss(task, model, criterion, max_tokens):
+    model.eval()
+    loss = size = 0.0
+    with torch.no_grad():
+        for sample in _batches(task, model, "valid", max_tokens):
+            batch_loss, batch_size, _ = task.valid_step(sample, model, criterion)
+            loss, size = loss + float(batch_loss), size + batch_size
+    return loss / size / math.log(2)
+
+
+def _attention_statistics(task, model, max_tokens, with_term_sizes=True):
+    """Per contextualised encoder layer, over the valid set: the attention logits' spread over the
+    keys (rms over heads and non-padding queries of the standard deviation over non-padding keys of
+    Q^ K^T / sqrt(d_h), Eq. 5 outputs) and the attention entropy (nats, mean over heads and queries;
+    ``uniform_entropy``: the same for uniform attention, the mean log of the sentence lengths);
+    with ``with_term_sizes``: rms(C U_t) / rms(t) for t = Q, K (padding included) and for K the same
+    for C U_K's part that varies over the positions of a sentence (only that part moves a query's
+    softmax over keys)."""
+    sums, hooks, state = {}, [], {}
+
+    def add(acc, key, values):
+        acc[key] = [a + b for a, b in zip(acc.get(key, [0.0] * len(values)), values)]
+
+    def hook(name, attention):
+        def record(module, inputs, outputs):
+            query, key, global_context, deep_context = (list(inputs) + [None] * 4)[:4]
+            acc = sums.setdefault(name, {})
+            if with_term_sizes:
+                parts = module.project_context(global_context, deep_context).split(module.embed_dim, dim=-1)
+                for target, part in zip(module.targets, parts):
+                    plain = {"query": query, "key": key}[target]
+                    part = part.expand_as(plain)
+                    add(acc, target[0], [float(part.pow(2).sum()), float(plain.pow(2).sum())])
+                    if target == "key":  # T x B x d: deviation from each sentence's mean over positions
+                        add(acc, "k_varying", [float((part - part.mean(dim=0, keepdim=True)).pow(2).sum()),
+                                               float((plain - plain.mean(dim=0, keepdim=True)).pow(2).sum())])
+            q_hat, k_hat = outputs[0], outputs[1]
+            length, batch, _ = q_hat.shape
+            heads = attention.num_heads
+
+            def split(t):  # T x B x d -> B x H x T x d_h
+                return t.reshape(length, batch, heads, -1).permute(1, 2, 0, 3).double()
+
+            scores = torch.matmul(split(q_hat) * attention.scaling, split(k_hat).transpose(-1, -2))
+            real = ~state["padding"]  # B x T
+            keys = real[:, None, None, :].expand_as(scores)
+            count = keys.sum(-1)
+            mean = scores.masked_fill(~keys, 0).sum(-1) / count
+            variance = (scores - mean[..., None]).pow(2).masked_fill(~keys, 0).sum(-1) / count
+            probs = torch.softmax(scores.masked_fill(~keys, float("-inf")), dim=-1)
+            entropy = -(probs * probs.clamp_min(1e-300).log()).masked_fill(~keys, 0).sum(-1)
+            queries = real[:, None, :].expand_as(variance)
+            add(acc, "logits", [float(variance[queries].sum()), float(entropy[queries].sum()),
+                                float(count.log()[queries].sum()), float(queries.sum())])
+        return record
+
+    for name, module in model.named_modules():
+        if isinstance(module, ContextualQueryKey) and name.startswith("encoder."):
+            hooks.append(module.register_forward_hook(hook(name, model.get_submodule(name.rsplit(".", 1)[0]))))
+    model.eval()
+    with torch.no_grad():
+        for sample in _batches(task, model, "valid", max_tokens):
+            state["padding"] = sample["net_input"]["src_tokens"].eq(task.source_dictionary.pad())
+            model(**sample["net_input"])
+    for handle in hooks:
+        handle.remove()
+    out = {}
+    for name, acc in sums.items():
+        variance, entropy, uniform, queries = acc.pop("logits")
+        out[name] = {"logit_spread": math.sqrt(variance / queries), "entropy": entropy / queries,
+                     "uniform_entropy": uniform / queries,
+                     **{t: math.sqrt(a / b) for t, (a, b) in acc.items()}}
+    return out
+
+
+def _gradient_share(task, model, criterion, max_tokens, n_batches, seed):
+    u_params = [p for m in model.modules() if isinstance(m, ContextualQueryKey) for p in m.projection_parameters()
+                if p.requires_grad]
+    if not u_params:  # U frozen (or absent): it holds no gradient
+        return None, None, 0.0
+    u_ids = {id(p) for p in u_params}
+    trained = [p for p in model.parameters() if p.requires_grad]
+    shares = []
+    model.train()
+    for index, sample in enumerate(_batches(task, model, "train", max_tokens)):
+        if index >= n_batches:
+            break
+        torch.manual_seed(seed + index)
+        model.zero_grad()
+        loss, _, _ = criterion(model, sample)
+        loss.backward()
+        g_u = sum(float(p.grad.pow(2).sum()) for p in trained if id(p) in u_ids and p.grad is not None)
+        g_all = sum(float(p.grad.pow(2).sum()) for p in trained if p.grad is not None)
+        shares.append(math.sqrt(g_u / g_all))
+    return sum(shares) / len(shares), max(shares), sum(p.numel() for p in u_params) / sum(p.numel() for p in trained)
+
+
+def diagnose(checkpoint, data, max_tokens, train_batches, at_start=False):
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": data})
+    model = models[0].float()
+    criterion = task.build_criterion(cfg.criterion)
+    if at_start:  # the weights the training started from: built as fairseq-train builds them, at its seed
+        utils.set_torch_seed(cfg.common.seed)
+        model = task.build_model(cfg.model).float()
+        share, share_max, param_share = _gradient_share(task, model, criterion, max_tokens, train_batches,
+                                                        seed=int(cfg.common.seed))
+        return {"checkpoint": None, "gradient_share_mean": share, "gradient_share_max": share_max,
+                "parameter_share": param_share}
+    out = {"checkpoint": checkpoint, "valid_loss": _valid_loss(task, model, criterion, max_tokens)}
+    contextualizers = [m for m in model.modules() if isinstance(m, ContextualQueryKey)]
+    u_trained = any(p.abs().sum() > 0 for m in contextualizers for p in m.projection_parameters())
+    out["attention"] = _attention_statistics(task, model, max_tokens, with_term_sizes=u_trained)
+    if not u_trained:
+        return out
+    share, share_max, param_share = _gradient_share(task, model, criterion, max_tokens, train_batches,
+                                                    seed=int(cfg.common.seed))
+    out.update(gradient_share_mean=share, gradient_share_max=share_max, parameter_share=param_share)
+    with torch.no_grad():
+        for m in contextualizers:
+            for p in m.projection_parameters():
+                p.zero_()
+    out["valid_loss_u_zeroed"] = _valid_loss(task, model, criterion, max_tokens)
+    out["attention_u_zeroed"] = _attention_statistics(task, model, max_tokens, with_term_sizes=False)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dirs", nargs="+")
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--updates", type=int, nargs="+", default=[800, 1200])
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--train-batches", type=int, default=20)
+    parser.add_argument("--at-start", action="store_true",
+                        help="also the gradient share at update 0 (the model built at the run's seed)")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    results = []
+    for run_dir in args.run_dirs:
+        if args.at_start:
+            checkpoint = _checkpoint(run_dir, args.updates[-1])
+            result = {"run": run_dir, "updates": 0, **diagnose(checkpoint, args.data, args.max_tokens,
+                                                               args.train_batches, at_start=True)}
+            results.append(result)
+            print(json.dumps(result), flush=True)
+        for updates in args.updates:
+            checkpoint = _checkpoint(run_dir, updates)
+            if checkpoint is None:
+                raise SystemExit(f"{run_dir}: no checkpoint at {updates} updates")
+            result = {"run": run_dir, "updates": updates, **diagnose(checkpoint, args.data, args.max_tokens,
+                                                                    args.train_batches)}
+            results.append(result)
+            print(json.dumps(result), flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
