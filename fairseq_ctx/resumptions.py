@@ -170,10 +170,20 @@ def describe_resumption_ahead(resumption):
 
 # model options that change what the model uses in memory or how it is run, not what it computes
 _COMPUTE_ONLY = frozenset({"checkpoint_activations", "offload_activations", "min_params_to_wrap", "export"})
+# model options that only decide the start: the loaded weights replace what they initialise
+START_ONLY = frozenset({"context_init", "routing_init"})
+# model options that filter the data (sinusoidal positions) or change shapes fairseq's load rejects
+# itself (learned positions); None at parse time, filled in by build_model
+_POSITIONS = frozenset({"max_source_positions", "max_target_positions"})
+# what is translated: another direction with a joined dictionary fits the same tensors
+DATA_OPTIONS = ("source_lang", "target_lang")
 # options outside the model's whose change makes a resumption another training (the update,
-# the loss, the data order and dropout masks: fairseq seeds each update with --seed + its count)
-TRAINING_OPTIONS = ("seed", "criterion", "label_smoothing", "optimizer", "lr", "adam_betas", "adam_eps", "clip_norm",
-                    "weight_decay", "lr_scheduler", "warmup_updates", "warmup_init_lr")
+# the loss, the precision, the data order and dropout masks: fairseq seeds each update with
+# --seed + its count)
+TRAINING_OPTIONS = ("task", "seed", "criterion", "label_smoothing", "optimizer", "lr", "adam_betas", "adam_eps",
+                    "clip_norm", "weight_decay", "momentum", "lr_scheduler", "warmup_updates", "warmup_init_lr",
+                    "total_num_update", "end_learning_rate", "power", "lr_shrink", "fp16", "bf16", "amp",
+                    "memory_efficient_fp16", "memory_efficient_bf16", *sorted(_POSITIONS))
 
 
 def _stored_options(checkpoint):
@@ -195,8 +205,8 @@ def _stored_options(checkpoint):
     return dict(vars(stored)) if not isinstance(stored, dict) else stored
 
 
-def _model_option_names(arch):
-    """The options of ``arch``'s model class (its add_args), as fairseq names them in a namespace."""
+def _model_option_flags(arch):
+    """{option: its command-line spellings} for ``arch``'s model class (its add_args)."""
     import argparse
 
     from fairseq.models import ARCH_MODEL_REGISTRY
@@ -204,49 +214,102 @@ def _model_option_names(arch):
     parser = argparse.ArgumentParser(add_help=False)
     if arch in ARCH_MODEL_REGISTRY:
         ARCH_MODEL_REGISTRY[arch].add_args(parser)
-    return {action.dest for action in parser._actions}
+    return {action.dest: list(action.option_strings) for action in parser._actions}
+
+
+def _as_built(options):
+    """The options as fairseq's build_model leaves them in the namespace the checkpoint stores
+    (TransformerModel and LSTMModel: --share-all-embeddings sets the decoder's input / output
+    sharing). (--*-layers-to-keep, which sets the layer count there, fails in fairseq 0.12's
+    transformer build_model itself: its parser gives a list where build_model splits a string.)"""
+    options = dict(options)
+    if options.get("share_all_embeddings"):
+        options["share_decoder_input_output_embed"] = True
+    return options
+
+
+def _same(a, b):
+    """Equal, or spelled differently ('(0.9,0.98)' / '(0.9, 0.98)', 0.1 / '0.1')."""
+    if a == b:
+        return True
+
+    def value(x):
+        if isinstance(x, str):
+            try:
+                return ast.literal_eval(x)
+            except (ValueError, SyntaxError):
+                return x
+        return x
+
+    def normal(x):
+        x = value(x)
+        return list(x) if isinstance(x, tuple) else x
+
+    return normal(a) == normal(b)
+
+
+def _effective_batch(options):
+    try:
+        freq = options.get("update_freq") or [1]
+        return int(options["max_tokens"]) * int(freq[-1] if isinstance(freq, (list, tuple)) else freq) \
+            * int(options.get("distributed_world_size") or 1)
+    except (KeyError, TypeError, ValueError):  # (a batch given in sentences: not compared)
+        return None
 
 
 def options_changed(checkpoint, train_argv):
     """What fairseq-train with ``train_argv`` (its own arguments, data directory first) would
-    train otherwise than the checkpoint was trained: {"model": [(option, in the checkpoint, now)]
-    for --arch and each option of the model's architecture (its add_args, after the architecture's
-    defaults) but those that only change memory use, "training": the same for TRAINING_OPTIONS}.
+    train otherwise than the checkpoint was trained, as lists of (option, in the checkpoint, now):
+    {"model": --arch and each option of the model's architecture (its add_args, after the
+    architecture's defaults and build_model's changes) but those that only change memory use, the
+    start only (START_ONLY) or the positions; "data": the language direction; "start": START_ONLY;
+    "training": TRAINING_OPTIONS and the effective batch (max tokens x update freq x world size)}.
     fairseq resumes from any checkpoint whose tensors fit, so a resumption with another model
     option (another config, or a flag such as --freeze-context or --context-stop-gradient left off)
-    trains another model from there without a word. Not compared: an option left unset now (None:
-    the model fills in its default when built, as the checkpoint's value may have been), and one
-    the checkpoint does not record (its code had no such option) unless it is given now. None when
-    the checkpoint records no options or fairseq-train would reject ``train_argv``."""
+    trains another model from there without a word. An option the checkpoint does not record (its
+    code had no such option) counts only where it is given now; the positions left unset now (the
+    model fills them in) are not compared. Raises ValueError where the options cannot be compared
+    (the checkpoint records none, or fairseq rejects ``train_argv``: its own message says why)."""
     from fairseq import options as fairseq_options
 
     stored = _stored_options(checkpoint)
     if stored is None:
-        return None
+        raise ValueError(f"{checkpoint} records no options")
     try:
         now = vars(fairseq_options.parse_args_and_arch(fairseq_options.get_training_parser(),
                                                        input_args=list(train_argv)))
-    except SystemExit:  # options fairseq-train rejects: its own message says which
-        return None
+    except SystemExit as error:  # argparse has printed fairseq-train's own message
+        raise ValueError(f"fairseq-train rejects these options (exit {error.code})") from None
+    except Exception as error:  # noqa: BLE001  (e.g. fairseq's own checks of option combinations)
+        raise ValueError(f"fairseq-train rejects these options: {error}") from None
+    now = _as_built(now)
+    flags = {**_model_option_flags(stored.get("arch")), **_model_option_flags(now.get("arch"))}
     given = _names(train_argv)
 
     def differ(names):
         out = []
         for name in names:
             value = now.get(name)
-            if value is None:
-                continue
             if name not in stored:
-                if f"--{name.replace('_', '-')}" in given:
+                spellings = flags.get(name) or [f"--{name.replace('_', '-')}"]
+                if value is not None and given & set(spellings):
                     out.append((name, "not recorded", value))
-            elif stored[name] != value and str(stored[name]) != str(value):  # (a value typed otherwise)
+            elif value is None and name in _POSITIONS:
+                continue
+            elif not _same(stored[name], value):
                 out.append((name, stored[name], value))
         return out
 
-    names = _model_option_names(stored.get("arch")) | _model_option_names(now.get("arch"))
-    return {"model": differ(["arch", *sorted(names - _COMPUTE_ONLY)]), "training": differ(TRAINING_OPTIONS)}
+    model = sorted(set(flags) - _COMPUTE_ONLY - START_ONLY - _POSITIONS)
+    training = differ(TRAINING_OPTIONS)
+    before, after = _effective_batch(stored), _effective_batch(now)
+    if before is not None and after is not None and before != after:
+        training.append(("effective batch (max tokens x update freq x world size)", before, after))
+    return {"model": differ(["arch", *model]), "data": differ(DATA_OPTIONS),
+            "start": differ(sorted(START_ONLY & set(flags))), "training": training}
 
 
 def describe_options_changed(changed):
     """'--option: V in the checkpoint, W now' for each of ``changed`` (``options_changed``'s lists)."""
-    return "; ".join(f"--{name.replace('_', '-')}: {then} in the checkpoint, {now} now" for name, then, now in changed)
+    return "; ".join(f"{name if ' ' in name else '--' + name.replace('_', '-')}: {then} in the checkpoint, {now} now"
+                     for name, then, now in changed)

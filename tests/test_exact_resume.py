@@ -34,7 +34,7 @@ def _train(data, save_dir, task, stops):
     for updates in stops:
         ahead = resumption_ahead(str(save_dir), train, str(data))
         # the same command: nothing that fairseq-ctx-train would refuse or warn of
-        assert ahead is None or options_changed(ahead["checkpoint"], train[3:]) == {"model": [], "training": []}
+        assert ahead is None or not any(options_changed(ahead["checkpoint"], train[3:]).values())
         out = run([*train, "--max-update", str(updates)])
         loaded = [(int(e), int(u)) for e, u in re.findall(r"[Ll]oaded checkpoint \S+ \(epoch (\d+) @ (\d+) updates\)",
                                                           out.stdout + out.stderr)]

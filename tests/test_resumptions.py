@@ -131,10 +131,10 @@ def _checkpoint(path, updates, epoch, optimizer_state=True):
                                                    "shuffle": True}}}, path)
 
 
-def _fairseq_ctx_train(tmp_path, capsys, *extra, own=()):
+def _fairseq_ctx_train(tmp_path, capsys, *extra, own=(), config="yang2019/both.args"):
     from fairseq_ctx.reproduce import train
 
-    train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / "bin"), "--save-dir",
+    train.main([config, "cpu", "--data", str(tmp_path / "bin"), "--save-dir",
                 str(tmp_path / "ck"), "--dry-run", *own, "--", *extra])
     return capsys.readouterr().err
 
@@ -233,47 +233,70 @@ def test_fairseq_ctx_train_says_it_before_it_starts_fairseq_train(tmp_path, caps
     assert "train: warning: resuming from" in said_before[0] and "grouped anew with --seed + 3" in said_before[0]
 
 
-def _checkpoint_trained_with(path, train_argv, updates=120, epoch=3, drop=()):
-    """A checkpoint holding the options fairseq-train parses from ``train_argv`` (its cfg.model,
-    as fairseq stores them for its legacy architectures), less the options in ``drop`` (a
-    checkpoint of code that had no such option)."""
+def _checkpoint_trained_with(path, train_argv, updates=120, epoch=3, drop=(), stored=None):
+    """A checkpoint holding the options fairseq-train stores for ``train_argv``: parsed, then passed
+    through the architecture's build_model (which changes some, as in fairseq-train), in cfg.model
+    as fairseq stores them for its legacy architectures; less the options in ``drop`` (a checkpoint
+    of code that had no such option), with ``stored`` set over them (one of an older default)."""
     import torch
     from fairseq import options
+    from fairseq.data import Dictionary
+    from fairseq.models import ARCH_MODEL_REGISTRY
+    from types import SimpleNamespace
 
     _checkpoint(path, updates, epoch)
     namespace = options.parse_args_and_arch(options.get_training_parser(), input_args=train_argv)
+    dictionary = Dictionary()
+    for word in ("a", "b", "c"):
+        dictionary.add_symbol(word)
+    ARCH_MODEL_REGISTRY[namespace.arch].build_model(
+        namespace, SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary))
     for name in drop:
         delattr(namespace, name)
+    for name, value in (stored or {}).items():
+        setattr(namespace, name, value)
     state = torch.load(path, weights_only=False)
     torch.save({**state, "cfg": {"model": namespace}}, path)
 
 
-def _fairseq_train_argv(tmp_path, *extra):
+def _fairseq_train_argv(tmp_path, *extra, config="yang2019/both.args"):
     """fairseq-train's arguments in the command _fairseq_ctx_train builds."""
     from fairseq_ctx.paths import config_path
     from fairseq_ctx.reproduce import train
 
-    return train.fairseq_train_argv(train.build_command(config_path("yang2019/both.args"), "cpu", str(tmp_path / "bin"),
+    return train.fairseq_train_argv(train.build_command(config_path(config), "cpu", str(tmp_path / "bin"),
                                                         str(tmp_path / "ck"), list(extra)))
+
+
+def _refused(tmp_path, capsys, *extra, own=()):
+    from fairseq_ctx.reproduce.train import REFUSED_RESUMPTION
+
+    with pytest.raises(SystemExit) as refused:
+        _fairseq_ctx_train(tmp_path, capsys, *extra, own=own)
+    assert refused.value.code == REFUSED_RESUMPTION
+    message, = [l for l in capsys.readouterr().err.splitlines() if "other model options than this command's" in l]
+    return message
 
 
 def test_fairseq_ctx_train_refuses_to_resume_a_checkpoint_trained_with_other_model_options(tmp_path, capsys):
     last = tmp_path / "ck" / "checkpoint_last.pt"
     _checkpoint_trained_with(last, _fairseq_train_argv(tmp_path))
     err = _fairseq_ctx_train(tmp_path, capsys)  # the same command resumes
-    assert "resuming from" in err and "other model options" not in err and "options than" not in err
+    assert "resuming from" in err and "options than" not in err and "not compared" not in err
     # another config in the same --save-dir, or a flag the first run had: refused, one message
-    with pytest.raises(SystemExit) as refused:
-        _fairseq_ctx_train(tmp_path, capsys, "--context-stop-gradient")
-    message = str(refused.value.code)
-    assert "was trained with other model options than this command's" in message
-    assert "--context-stop-gradient: False in the checkpoint, True now" in message and "--allow-changed-options" in message
-    with pytest.raises(SystemExit):
-        _fairseq_ctx_train(tmp_path, capsys, "--encoder-context", "deep")
-    # asked for: resumed with a warning naming the change
-    err = _fairseq_ctx_train(tmp_path, capsys, "--context-stop-gradient", own=["--allow-changed-options"])
-    warning, = [l for l in err.splitlines() if "other model options than the checkpoint's" in l]
-    assert warning.startswith("train: warning: ") and "--context-stop-gradient: False in the checkpoint, True now" in warning
+    message = _refused(tmp_path, capsys, "--context-stop-gradient")
+    assert "--context-stop-gradient: False in the checkpoint, True now" in message
+    assert "--allow-changed-options context_stop_gradient" in message
+    assert "--encoder-context: deep_global+deep in the checkpoint, deep now" in _refused(
+        tmp_path, capsys, "--encoder-context", "deep")
+    # asked for, by name or all: resumed with a warning naming the change; another change is still refused
+    for allow in ("context-stop-gradient", "all"):
+        err = _fairseq_ctx_train(tmp_path, capsys, "--context-stop-gradient", own=["--allow-changed-options", allow])
+        warning, = [l for l in err.splitlines() if "other model options than the checkpoint's" in l]
+        assert warning.startswith("train: warning: ") and "--context-stop-gradient: False in the checkpoint" in warning
+    message = _refused(tmp_path, capsys, "--context-stop-gradient", "--dropout", "0.3",
+                       own=["--allow-changed-options", "context-stop-gradient"])
+    assert "--dropout" in message and "stop-gradient" not in message
     # a new training from these weights (the optimizer starts over): told, not refused
     err = _fairseq_ctx_train(tmp_path, capsys, "--context-stop-gradient", "--reset-optimizer",
                              own=["--skip-checkpoint-check"])
@@ -282,17 +305,82 @@ def test_fairseq_ctx_train_refuses_to_resume_a_checkpoint_trained_with_other_mod
     err = _fairseq_ctx_train(tmp_path, capsys, "--lr", "1e-5", "--seed", "9")
     warning, = [l for l in err.splitlines() if "other training options" in l]
     assert "--seed: 1 in the checkpoint, 9 now" in warning and "--lr: [" in warning
+    # the same values spelled otherwise are no change
+    assert "options than" not in _fairseq_ctx_train(tmp_path, capsys, "--adam-betas", "(0.9, 0.98)")
+
+
+def test_another_effective_batch_is_told(tmp_path, capsys):
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt", _fairseq_train_argv(tmp_path, "--max-tokens", "4096"))
+    for same in (["--max-tokens", "4096"], ["--max-tokens", "2048", "--update-freq", "2"]):
+        assert "options than" not in _fairseq_ctx_train(tmp_path, capsys, *same)
+    warning, = [l for l in _fairseq_ctx_train(tmp_path, capsys, "--max-tokens", "999").splitlines() if "options than" in l]
+    assert "other training options" in warning
+    assert "effective batch (max tokens x update freq x world size): 4096 in the checkpoint, 999 now" in warning
+
+
+def test_another_language_direction_is_refused(tmp_path, capsys):
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt", _fairseq_train_argv(tmp_path, "-s", "zh", "-t", "en"))
+    assert "options than" not in _fairseq_ctx_train(tmp_path, capsys, "-s", "zh", "-t", "en")
+    message = _refused(tmp_path, capsys, "-s", "en", "-t", "zh")
+    assert "--source-lang: zh in the checkpoint, en now" in message and "--target-lang: en in the checkpoint, zh now" in message
+
+
+def test_options_build_model_changes_are_compared_as_built(tmp_path, capsys):
+    # fairseq's build_model turns on the decoder's input / output sharing under --share-all-embeddings
+    # (stored so in the checkpoint), with the stock transformer, the stock LSTM and a family's model
+    for config, extra in (("iida2019/transformer.args", ["--share-all-embeddings"]),
+                          ("iida2019/lstm.args", ["--share-all-embeddings"]),
+                          ("iida2019/lstm_multihop.args", ["--share-all-embeddings"])):
+        _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt", _fairseq_train_argv(tmp_path, *extra, config=config))
+        assert "options than" not in _fairseq_ctx_train(tmp_path, capsys, *extra, config=config)
+
+
+def test_an_option_that_decides_the_start_only_is_told_not_refused(tmp_path, capsys):
+    # a checkpoint of the code before --context-init's default became gate_half
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt", _fairseq_train_argv(tmp_path),
+                             stored={"context_init": "glorot"})
+    warning, = [l for l in _fairseq_ctx_train(tmp_path, capsys).splitlines() if "options than" in l]
+    assert "other start options" in warning and "--context-init: glorot in the checkpoint, gate_half now" in warning
 
 
 def test_an_option_the_checkpoint_does_not_record_counts_only_where_it_is_given(tmp_path, capsys):
     last = tmp_path / "ck" / "checkpoint_last.pt"
     _checkpoint_trained_with(last, _fairseq_train_argv(tmp_path), drop=["context_stop_gradient"])
     assert "options than" not in _fairseq_ctx_train(tmp_path, capsys)
-    with pytest.raises(SystemExit) as refused:
-        _fairseq_ctx_train(tmp_path, capsys, "--context-stop-gradient")
-    assert "--context-stop-gradient: not recorded in the checkpoint, True now" in str(refused.value.code)
+    assert "--context-stop-gradient: not recorded in the checkpoint, True now" in _refused(
+        tmp_path, capsys, "--context-stop-gradient")
+
+
+def test_an_option_set_in_the_checkpoint_and_left_off_now_is_a_change(tmp_path, capsys):
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt",
+                             _fairseq_train_argv(tmp_path, "--context-gate-bias", "-0.88"))
+    assert "--context-gate-bias: -0.88 in the checkpoint, None now" in _refused(tmp_path, capsys)
 
 
 def test_options_that_change_memory_use_only_are_not_a_change(tmp_path, capsys):
     _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt", _fairseq_train_argv(tmp_path))
     assert "options than" not in _fairseq_ctx_train(tmp_path, capsys, "--checkpoint-activations")
+
+
+def test_options_that_cannot_be_compared_are_said_so(tmp_path, capsys):
+    _checkpoint(tmp_path / "ck" / "checkpoint_last.pt", 120, 3)  # records no options
+    err = _fairseq_ctx_train(tmp_path, capsys)
+    assert "the options were not compared with the checkpoint's" in err and "records no options" in err
+
+
+@pytest.mark.parametrize("node", [
+    [],
+    ["--launcher", "torchrun", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1"],
+])
+def test_a_real_start_refuses_before_fairseq_train_on_every_node(tmp_path, capsys, monkeypatch, node):
+    from fairseq_ctx.reproduce import train
+
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt", _fairseq_train_argv(tmp_path))
+    monkeypatch.setattr(train.subprocess, "call", lambda *a, **k: pytest.fail("fairseq-train was started"))
+    for _ in range(2):  # the second start finds the run lock released
+        with pytest.raises(SystemExit) as refused:
+            train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / "bin"), "--save-dir",
+                        str(tmp_path / "ck"), *node, "--", "--context-stop-gradient"])
+        assert refused.value.code == train.REFUSED_RESUMPTION
+        err = capsys.readouterr().err
+        assert "nothing was started" in err and "a training is running there" not in err

@@ -273,9 +273,11 @@ def build_parser():
     parser.add_argument("--skip-checkpoint-check", action="store_true",
                         help="train even with options after '--' that leave the paper's evaluation or a resumption "
                              "without its checkpoints (a throughput or debugging run no one evaluates or resumes)")
-    parser.add_argument("--allow-changed-options", action="store_true",
-                        help="resume even from a checkpoint trained with other model options than this command's "
-                             "(a deliberate change, e.g. training the context after it was frozen); refused otherwise")
+    parser.add_argument("--allow-changed-options", default=None, metavar="OPTION[,OPTION] | all",
+                        help="resume even from a checkpoint trained with other model options (or another language "
+                             "direction) than this command's: the named ones (e.g. context-stop-gradient), or 'all' "
+                             "(a deliberate change, e.g. training the context after it was frozen); refused "
+                             f"otherwise, exit status {REFUSED_RESUMPTION}")
     return parser
 
 
@@ -457,32 +459,58 @@ def checkpoint_warnings(words, settings=None):
     return out
 
 
+# exit status of a refused resumption (a requeue wrapper can tell it from a failed training)
+REFUSED_RESUMPTION = 3
+
+
+def _allowed_changes(value):
+    """--allow-changed-options: None for 'all', else the named options (context-init, --context-init
+    or context_init)."""
+    if value == "all":
+        return None
+    return {name.strip().lstrip("-").replace("-", "_") for name in value.split(",") if name.strip()}
+
+
 def _say_resumption(args, cmd, dry_run=False):
     """Before fairseq-train resumes: where from, and whether its batches go on as the uninterrupted
     training's (fairseq_ctx/resumptions.py; the quality-compare and reproduce records read the same
-    from the log afterwards). Refused (non-zero exit) when the checkpoint was trained with other model
-    options than ``cmd``'s and the optimizer would go on (unless --allow-changed-options): fairseq
-    would resume another model's training from it without a word."""
+    from the log afterwards). Refused (exit REFUSED_RESUMPTION) when the checkpoint was trained with
+    other model options or another language direction than ``cmd``'s and the optimizer would go on,
+    unless --allow-changed-options names the change: fairseq would resume another model's training
+    from it without a word."""
     from ..resumptions import describe_options_changed, describe_resumption_ahead, options_changed, resumption_ahead
 
     resumption = resumption_ahead(args.save_dir, cmd, args.data)
     if resumption is None:
         return
-    if args.node_rank == 0:
+    say = args.node_rank == 0
+    if say:
         for line in describe_resumption_ahead(resumption):
             print(f"train: {line}", file=sys.stderr, flush=True)
-    changed = options_changed(resumption["checkpoint"], fairseq_train_argv(cmd)) or {"model": [], "training": []}
-    if changed["model"] and resumption["optimizer_resumed"] and not args.allow_changed_options:
-        sys.exit(f"train: {resumption['checkpoint']} was trained with other model options than this command's: "
-                 f"{describe_options_changed(changed['model'])}; resuming would go on training another model "
-                 f"from it (another config in this --save-dir?). Use another --save-dir, or "
-                 f"--allow-changed-options to resume with the change{'' if dry_run else '; nothing was started'}")
-    if args.node_rank == 0:
-        for kind in ("model", "training"):
-            if changed[kind]:
+    try:
+        changed = options_changed(resumption["checkpoint"], fairseq_train_argv(cmd))
+    except ValueError as error:
+        if say:
+            print(f"train: warning: the options were not compared with the checkpoint's: {error}", file=sys.stderr,
+                  flush=True)
+        return
+    decisive = changed["model"] + changed["data"]
+    allowed = set() if args.allow_changed_options is None else _allowed_changes(args.allow_changed_options)
+    refused = [c for c in decisive if allowed is not None and c[0] not in allowed]
+    if refused and resumption["optimizer_resumed"]:
+        print(f"train: {resumption['checkpoint']} was trained with other model options than this command's: "
+              f"{describe_options_changed(refused)}; resuming would go on training another model from it "
+              f"(another config in this --save-dir?). Use another --save-dir, or --allow-changed-options "
+              f"{','.join(c[0] for c in refused)} to resume with the change (on every node)"
+              + ("" if dry_run else "; nothing was started"), file=sys.stderr, flush=True)
+        sys.exit(REFUSED_RESUMPTION)
+    if say:
+        for kind, what in (("model", decisive), ("start", changed["start"]), ("training", changed["training"])):
+            if what:
                 print(f"train: warning: resuming with other {kind} options than the checkpoint's: "
-                      f"{describe_options_changed(changed[kind])}: from here on another training than the "
-                      "checkpoint's", file=sys.stderr, flush=True)
+                      f"{describe_options_changed(what)}"
+                      + (" (the loaded weights replace what they initialise)" if kind == "start" else
+                         ": from here on another training than the checkpoint's"), file=sys.stderr, flush=True)
 
 
 def main(argv=None):
@@ -545,7 +573,11 @@ def main(argv=None):
         print(f"train: {args.save_dir}/checkpoint_last.pt is at update {done} (--max-update): the training has "
               "finished; not started again", file=sys.stderr, flush=True)
         sys.exit(0)
-    _say_resumption(args, cmd)  # every node: each would refuse the same checkpoint and command
+    try:  # every node: each would refuse the same checkpoint and command
+        _say_resumption(args, cmd)
+    except SystemExit:
+        lock.release()  # (a refusal leaves the directory to the next start at once, in-process too)
+        raise
     # python_env: torchrun's `-m` workers would import a fairseq_ctx in the working directory
     code = subprocess.call(cmd, pass_fds=held_fds(args.save_dir), env=python_env())
     done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0)) if code and args.nnodes == 1 else None
