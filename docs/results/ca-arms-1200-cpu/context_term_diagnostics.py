@@ -9,11 +9,13 @@ does with its trained context term, read from its checkpoints (post hoc, CPU):
   padding positions included), and for K the same for C U_K's part that varies over the positions
   of a sentence (only that part moves a query's softmax over keys);
 - per encoder layer, for 25 as trained, with U set to 0, and for any other context-aware run (`24`):
-  the spread of the attention logits over the keys and the attention entropy over the valid set;
-- the gradient U holds at that point, on the first training batches in train mode (dropout on, as
-  in training): ||g_U|| / ||g|| over the trained parameters (with --clip-norm, the other
-  parameters' clipped gradient is scaled by ||g||, not ||g without U||: a factor
-  sqrt(1 - share^2) where the clip acts).
+  the spread of the attention logits over the keys and the attention entropy over the valid set
+  (per head too), and for 25 as trained the spread of each of the four products Eq. 5 splits the
+  logits into;
+- the gradient U holds at that point, on the first batches of fairseq's epoch-1 shuffle at seed 1
+  (batches from across the lengths) in train mode (dropout on, as in training): ||g_U|| / ||g||
+  over the trained parameters (with --clip-norm, the other parameters' clipped gradient is scaled
+  by 1 / ||g||, not 1 / ||g without U||: a factor sqrt(1 - share^2) where the clip acts).
 
     python docs/results/ca-arms-1200-cpu/context_term_diagnostics.py RUN_DIR... --data work/demo/data/bin \
         [--updates 800 1200] [--train-batches 20] [--at-start] [--json OUT]
@@ -42,12 +44,14 @@ def _checkpoint(run_dir, updates):
     return last if state["optimizer_history"][-1]["num_updates"] == updates else None
 
 
-def _batches(task, model, subset, max_tokens):
+def _batches(task, model, subset, max_tokens, shuffle=False):
+    """fairseq's batches of ``subset``: in its length order, or (``shuffle``) in the order of its
+    epoch-1 shuffle at seed 1 (batches from across the lengths, as training sees them)."""
     task.load_dataset(subset, combine=False, epoch=1)
     return task.get_batch_iterator(
         dataset=task.dataset(subset), max_tokens=max_tokens,
         max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
-        required_batch_size_multiple=1, seed=1).next_epoch_itr(shuffle=False)
+        required_batch_size_multiple=1, seed=1).next_epoch_itr(shuffle=shuffle)
 
 
 def _valid_loss(task, model, criterion, max_tokens):
@@ -64,7 +68,11 @@ def _attention_statistics(task, model, max_tokens, with_term_sizes=True):
     """Per contextualised encoder layer, over the valid set: the attention logits' spread over the
     keys (rms over heads and non-padding queries of the standard deviation over non-padding keys of
     Q^ K^T / sqrt(d_h), Eq. 5 outputs) and the attention entropy (nats, mean over heads and queries;
-    ``uniform_entropy``: the same for uniform attention, the mean log of the sentence lengths);
+    ``head_entropy``: per head; ``uniform_entropy``: the same for uniform attention, the mean over
+    queries of the log of their sentence's length); with ``with_term_sizes``, ``part_spread``: the
+    same spread for each of the four products Eq. 5 splits the logits into,
+    (1 - lambda_Q) Q . (1 - lambda_K) K, (1 - lambda_Q) Q . lambda_K C U_K, lambda_Q C U_Q . (1 - lambda_K) K
+    and lambda_Q C U_Q . lambda_K C U_K;
     with ``with_term_sizes``: rms(C U_t) / rms(t) for t = Q, K (padding included) and for K the same
     for C U_K's part that varies over the positions of a sentence (only that part moves a query's
     softmax over keys)."""
@@ -86,24 +94,50 @@ def _attention_statistics(task, model, max_tokens, with_term_sizes=True):
                     if target == "key":  # T x B x d: deviation from each sentence's mean over positions
                         add(acc, "k_varying", [float((part - part.mean(dim=0, keepdim=True)).pow(2).sum()),
                                                float((plain - plain.mean(dim=0, keepdim=True)).pow(2).sum())])
-            q_hat, k_hat = outputs[0], outputs[1]
+            q_hat, k_hat, gates = outputs
             length, batch, _ = q_hat.shape
             heads = attention.num_heads
 
             def split(t):  # T x B x d -> B x H x T x d_h
                 return t.reshape(length, batch, heads, -1).permute(1, 2, 0, 3).double()
 
-            scores = torch.matmul(split(q_hat) * attention.scaling, split(k_hat).transpose(-1, -2))
             real = ~state["padding"]  # B x T
-            keys = real[:, None, None, :].expand_as(scores)
-            count = keys.sum(-1)
-            mean = scores.masked_fill(~keys, 0).sum(-1) / count
-            variance = (scores - mean[..., None]).pow(2).masked_fill(~keys, 0).sum(-1) / count
+            queries = real[:, None, :].expand(batch, heads, length)
+
+            def spread(scores):  # per (b, h, query): variance over the non-padding keys
+                keys = real[:, None, None, :].expand_as(scores)
+                count = keys.sum(-1)
+                mean = scores.masked_fill(~keys, 0).sum(-1) / count
+                return (scores - mean[..., None]).pow(2).masked_fill(~keys, 0).sum(-1) / count, keys, count
+
+            scores = torch.matmul(split(q_hat) * attention.scaling, split(k_hat).transpose(-1, -2))
+            variance, keys, count = spread(scores)
             probs = torch.softmax(scores.masked_fill(~keys, float("-inf")), dim=-1)
             entropy = -(probs * probs.clamp_min(1e-300).log()).masked_fill(~keys, 0).sum(-1)
-            queries = real[:, None, :].expand_as(variance)
             add(acc, "logits", [float(variance[queries].sum()), float(entropy[queries].sum()),
                                 float(count.log()[queries].sum()), float(queries.sum())])
+            add(acc, "head_entropy", [float(entropy[:, h][queries[:, h]].sum()) for h in range(heads)]
+                + [float(count.log()[:, 0][queries[:, 0]].sum()), float(queries[:, 0].sum())])
+            if with_term_sizes and gates is not None:
+                # Eq. 5 as the sum of its parts, Q^ = (1 - lambda_Q) Q + lambda_Q C U_Q (the same for K):
+                # the spread over the keys of each of the four products in the trained model's logits
+                parts = module.project_context(global_context, deep_context).split(module.embed_dim, dim=-1)
+                context = dict(zip(module.targets, parts))
+                lam = {t: gates[..., i : i + 1] for i, t in enumerate(module.targets)}
+                pieces = {}
+                for t, plain in (("query", query), ("key", key)):
+                    weight = lam.get(t)
+                    own = plain if weight is None else (1 - weight) * plain
+                    ctx = None if weight is None else weight * context[t].expand_as(plain)
+                    pieces[t] = (own, ctx)
+                for qi, qname in enumerate(("Q", "CU_Q")):
+                    for ki, kname in enumerate(("K", "CU_K")):
+                        left, right = pieces["query"][qi], pieces["key"][ki]
+                        if left is None or right is None:
+                            continue
+                        part = torch.matmul(split(left) * attention.scaling, split(right).transpose(-1, -2))
+                        add(acc, f"spread {qname}.{kname}", [float(spread(part)[0][queries].sum()),
+                                                             float(queries.sum())])
         return record
 
     for name, module in model.named_modules():
@@ -119,8 +153,13 @@ def _attention_statistics(task, model, max_tokens, with_term_sizes=True):
     out = {}
     for name, acc in sums.items():
         variance, entropy, uniform, queries = acc.pop("logits")
+        *per_head, head_uniform, head_queries = acc.pop("head_entropy")
+        parts = {key.split(" ", 1)[1]: math.sqrt(a / b) for key, (a, b) in list(acc.items()) if key.startswith("spread ")}
+        for key in [k for k in acc if k.startswith("spread ")]:
+            del acc[key]
         out[name] = {"logit_spread": math.sqrt(variance / queries), "entropy": entropy / queries,
                      "uniform_entropy": uniform / queries,
+                     "head_entropy": [h / head_queries for h in per_head], **({"part_spread": parts} if parts else {}),
                      **{t: math.sqrt(a / b) for t, (a, b) in acc.items()}}
     return out
 
@@ -134,7 +173,7 @@ def _gradient_share(task, model, criterion, max_tokens, n_batches, seed):
     trained = [p for p in model.parameters() if p.requires_grad]
     shares = []
     model.train()
-    for index, sample in enumerate(_batches(task, model, "train", max_tokens)):
+    for index, sample in enumerate(_batches(task, model, "train", max_tokens, shuffle=True)):
         if index >= n_batches:
             break
         torch.manual_seed(seed + index)
