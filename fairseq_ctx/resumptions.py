@@ -171,7 +171,11 @@ def describe_resumption_ahead(resumption):
 # model options that change what the model uses in memory or how it is run, not what it computes
 _COMPUTE_ONLY = frozenset({"checkpoint_activations", "offload_activations", "min_params_to_wrap", "export"})
 # model options that only decide the start: the loaded weights replace what they initialise
-START_ONLY = frozenset({"context_init", "routing_init"})
+# (cross-agg's --routing-init is not one: B^init, Eq. 15, is computed anew in every forward)
+START_ONLY = frozenset({"context_init"})
+# start only from one value to another (the starting value of a trained parameter); to or from
+# None it adds or removes the parameter (fairseq's strict load refuses that itself)
+START_ONLY_WHEN_SET = frozenset({"context_gate_bias"})
 # model options that filter the data (sinusoidal positions) or change shapes fairseq's load rejects
 # itself (learned positions); None at parse time, filled in by build_model
 _POSITIONS = frozenset({"max_source_positions", "max_target_positions"})
@@ -257,24 +261,26 @@ def _effective_batch(options):
         return None
 
 
-def options_changed(checkpoint, train_argv):
+def options_changed(checkpoint, train_argv, world_size=None):
     """What fairseq-train with ``train_argv`` (its own arguments, data directory first) would
     train otherwise than the checkpoint was trained, as lists of (option, in the checkpoint, now):
     {"model": --arch and each option of the model's architecture (its add_args, after the
     architecture's defaults and build_model's changes) but those that only change memory use, the
-    start only (START_ONLY) or the positions; "data": the language direction; "start": START_ONLY;
+    start only (START_ONLY, START_ONLY_WHEN_SET) or the positions; "data": the language direction;
+    "start": those that decide the start only;
     "training": TRAINING_OPTIONS and the effective batch (max tokens x update freq x world size)}.
     fairseq resumes from any checkpoint whose tensors fit, so a resumption with another model
     option (another config, or a flag such as --freeze-context or --context-stop-gradient left off)
     trains another model from there without a word. An option the checkpoint does not record (its
     code had no such option) counts only where it is given now; the positions left unset now (the
-    model fills them in) are not compared. Raises ValueError where the options cannot be compared
+    model fills them in) are not compared. ``world_size``: the run's processes where the command
+    does not give them (torchrun). Raises ValueError where the options cannot be compared
     (the checkpoint records none, or fairseq rejects ``train_argv``: its own message says why)."""
     from fairseq import options as fairseq_options
 
     stored = _stored_options(checkpoint)
     if stored is None:
-        raise ValueError(f"{checkpoint} records no options")
+        raise ValueError(f"{checkpoint} records no options or cannot be read")
     try:
         now = vars(fairseq_options.parse_args_and_arch(fairseq_options.get_training_parser(),
                                                        input_args=list(train_argv)))
@@ -283,6 +289,8 @@ def options_changed(checkpoint, train_argv):
     except Exception as error:  # noqa: BLE001  (e.g. fairseq's own checks of option combinations)
         raise ValueError(f"fairseq-train rejects these options: {error}") from None
     now = _as_built(now)
+    if world_size is not None:  # (torchrun hands fairseq its world size at run time)
+        now["distributed_world_size"] = world_size
     flags = {**_model_option_flags(stored.get("arch")), **_model_option_flags(now.get("arch"))}
     given = _names(train_argv)
 
@@ -305,8 +313,10 @@ def options_changed(checkpoint, train_argv):
     before, after = _effective_batch(stored), _effective_batch(now)
     if before is not None and after is not None and before != after:
         training.append(("effective batch (max tokens x update freq x world size)", before, after))
-    return {"model": differ(["arch", *model]), "data": differ(DATA_OPTIONS),
-            "start": differ(sorted(START_ONLY & set(flags))), "training": training}
+    model_changes, start = differ(["arch", *model]), differ(sorted(START_ONLY & set(flags)))
+    start += [c for c in model_changes if c[0] in START_ONLY_WHEN_SET and c[1] is not None and c[2] is not None]
+    model_changes = [c for c in model_changes if c not in start]
+    return {"model": model_changes, "data": differ(DATA_OPTIONS), "start": start, "training": training}
 
 
 def describe_options_changed(changed):

@@ -133,3 +133,10 @@ def test_train_command_reads_paper_args_then_row_then_setting():
                                    "BIN", "SAVE", launcher="torchrun", nnodes=2, node_rank=1, master_addr="node0")
     assert torchrun[1:4] == ["-m", "torch.distributed.run", "--nproc-per-node"] and "node0" in torchrun
     assert "fairseq_ctx.reproduce.distributed_entry" in torchrun and "--distributed-world-size" not in torchrun
+
+
+@pytest.mark.parametrize("setting, gpus", [("modern", 1), ("cpu", None)])
+def test_a_one_process_command_names_its_world_size(setting, gpus):
+    # without it fairseq-train takes every visible GPU: 8 processes (8x the batch) for --gpus 1 on an 8-GPU node
+    cmd = train.build_command(os.path.join(train.CONFIGS, "yang2019", "both.args"), setting, "BIN", "SAVE", gpus=gpus)
+    assert cmd[cmd.index("--distributed-world-size") + 1] == "1"

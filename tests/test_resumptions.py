@@ -268,13 +268,14 @@ def _fairseq_train_argv(tmp_path, *extra, config="yang2019/both.args"):
                                                         str(tmp_path / "ck"), list(extra)))
 
 
-def _refused(tmp_path, capsys, *extra, own=()):
+def _refused(tmp_path, capsys, *extra, own=(), config="yang2019/both.args"):
     from fairseq_ctx.reproduce.train import REFUSED_RESUMPTION
 
     with pytest.raises(SystemExit) as refused:
-        _fairseq_ctx_train(tmp_path, capsys, *extra, own=own)
+        _fairseq_ctx_train(tmp_path, capsys, *extra, own=own, config=config)
     assert refused.value.code == REFUSED_RESUMPTION
-    message, = [l for l in capsys.readouterr().err.splitlines() if "other model options than this command's" in l]
+    message, = [l for l in capsys.readouterr().err.splitlines()
+                if "other model options (or language direction) than this command's" in l]
     return message
 
 
@@ -384,3 +385,64 @@ def test_a_real_start_refuses_before_fairseq_train_on_every_node(tmp_path, capsy
         assert refused.value.code == train.REFUSED_RESUMPTION
         err = capsys.readouterr().err
         assert "nothing was started" in err and "a training is running there" not in err
+
+
+def test_another_routing_init_is_another_model(tmp_path, capsys):
+    # cross-agg's B^init (Eq. 15) is computed in every forward: cross_zero and cross_self differ by it alone
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt", _fairseq_train_argv(tmp_path, config="cao/cross_zero.args"))
+    assert "--routing-init: zero in the checkpoint, self now" in _refused(tmp_path, capsys, own=(), config="cao/cross_self.args")
+
+
+def test_a_gate_bias_changed_between_values_decides_the_start_only(tmp_path, capsys):
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt",
+                             _fairseq_train_argv(tmp_path, "--context-gate-bias", "-0.88"))
+    warning, = [l for l in _fairseq_ctx_train(tmp_path, capsys, "--context-gate-bias", "-0.5").splitlines()
+                if "options than" in l]
+    assert "other start options" in warning and "--context-gate-bias: -0.88 in the checkpoint, -0.5 now" in warning
+
+
+def test_the_effective_batch_counts_the_processes_torchrun_starts(tmp_path, capsys):
+    # torchrun hands fairseq its world size at run time (distributed_entry): the checkpoint holds it
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt",
+                             [*_fairseq_train_argv(tmp_path, "--max-tokens", "4096"), "--distributed-world-size", "2"])
+    torchrun = ["--launcher", "torchrun", "--gpus", "2"]
+    assert "options than" not in _fairseq_ctx_train(tmp_path, capsys, "--max-tokens", "4096", own=torchrun)
+    err = _fairseq_ctx_train(tmp_path, capsys, "--max-tokens", "4096", own=["--launcher", "torchrun", "--gpus", "1"])
+    assert "effective batch (max tokens x update freq x world size): 8192 in the checkpoint, 4096 now" in err
+
+
+def test_a_change_of_direction_can_be_allowed_by_name(tmp_path, capsys):
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt", _fairseq_train_argv(tmp_path, "-s", "zh", "-t", "en"))
+    err = _fairseq_ctx_train(tmp_path, capsys, "-s", "en", "-t", "zh",
+                             own=["--allow-changed-options", "source-lang,target_lang,dropout"])
+    warning, = [l for l in err.splitlines() if "other data options" in l]
+    assert "--source-lang: zh in the checkpoint, en now" in warning
+    assert "--allow-changed-options names dropout: not changed" in err
+
+
+def test_allow_changed_options_does_not_take_the_config(tmp_path, capsys):
+    from fairseq_ctx.reproduce import train
+
+    with pytest.raises(SystemExit) as refused:
+        train.main(["--allow-changed-options", "yang2019/both.args", "cpu", "--data", str(tmp_path / "bin"),
+                    "--save-dir", str(tmp_path / "ck"), "--dry-run"])
+    assert refused.value.code != 0  # argparse's own error (no SETTING) or ours
+    with pytest.raises(SystemExit) as refused:
+        train.main(["yang2019/both.args", "cpu", "--allow-changed-options", "yang2019/both.args", "--data",
+                    str(tmp_path / "bin"), "--save-dir", str(tmp_path / "ck"), "--dry-run"])
+    assert "takes option names or 'all'" in str(refused.value.code)
+
+
+def test_a_command_fairseq_rejects_is_not_compared(tmp_path, capsys):
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt", _fairseq_train_argv(tmp_path))
+    err = _fairseq_ctx_train(tmp_path, capsys, "--no-such-option")
+    assert "the options were not compared with the checkpoint's: fairseq-train rejects these options" in err
+
+
+def test_positions_left_unset_are_not_compared_and_a_change_is_told(tmp_path, capsys):
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt",
+                             _fairseq_train_argv(tmp_path, "--max-source-positions", "256"))
+    assert "options than" not in _fairseq_ctx_train(tmp_path, capsys)
+    warning, = [l for l in _fairseq_ctx_train(tmp_path, capsys, "--max-source-positions", "512").splitlines()
+                if "options than" in l]
+    assert "other training options" in warning and "--max-source-positions: 256 in the checkpoint, 512 now" in warning

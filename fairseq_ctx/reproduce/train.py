@@ -213,8 +213,8 @@ def build_command(config, setting, data, save_dir, extra=(), launcher="spawn", g
         raise ValueError(f"unknown launcher {launcher!r} (spawn, torchrun or slurm)")
     if hw.nnodes > 1:
         raise BatchError("--nnodes > 1 needs --launcher torchrun (the same command on every node) or slurm")
-    if hw.world > 1:
-        args += ["--distributed-world-size", str(hw.world)]
+    # always: without it fairseq takes every visible GPU (8 processes for --gpus 1 on an 8-GPU node)
+    args += ["--distributed-world-size", str(hw.world)]
     return [python, "-m", "fairseq_cli.train", *args]
 
 
@@ -275,9 +275,9 @@ def build_parser():
                              "without its checkpoints (a throughput or debugging run no one evaluates or resumes)")
     parser.add_argument("--allow-changed-options", default=None, metavar="OPTION[,OPTION] | all",
                         help="resume even from a checkpoint trained with other model options (or another language "
-                             "direction) than this command's: the named ones (e.g. context-stop-gradient), or 'all' "
-                             "(a deliberate change, e.g. training the context after it was frozen); refused "
-                             f"otherwise, exit status {REFUSED_RESUMPTION}")
+                             "direction) than this command's: the named ones, without dashes in front (e.g. "
+                             "context-stop-gradient,source-lang), or 'all' (a deliberate change, e.g. training the "
+                             f"context after it was frozen); refused otherwise, exit status {REFUSED_RESUMPTION}")
     return parser
 
 
@@ -464,20 +464,20 @@ REFUSED_RESUMPTION = 3
 
 
 def _allowed_changes(value):
-    """--allow-changed-options: None for 'all', else the named options (context-init, --context-init
-    or context_init)."""
-    if value == "all":
-        return None
-    return {name.strip().lstrip("-").replace("-", "_") for name in value.split(",") if name.strip()}
+    """--allow-changed-options: None for 'all', else the named options (context-init or
+    context_init; --context-init as --allow-changed-options=--context-init)."""
+    names = {name.strip().lstrip("-").replace("-", "_") for name in value.split(",") if name.strip()}
+    return None if {name.lower() for name in names} == {"all"} else names
 
 
-def _say_resumption(args, cmd, dry_run=False):
+def _say_resumption(args, cmd, world, dry_run=False):
     """Before fairseq-train resumes: where from, and whether its batches go on as the uninterrupted
     training's (fairseq_ctx/resumptions.py; the quality-compare and reproduce records read the same
     from the log afterwards). Refused (exit REFUSED_RESUMPTION) when the checkpoint was trained with
     other model options or another language direction than ``cmd``'s and the optimizer would go on,
     unless --allow-changed-options names the change: fairseq would resume another model's training
-    from it without a word."""
+    from it without a word. ``world``: the processes of the whole run (torchrun gives fairseq its
+    world size at run time, not on the command line)."""
     from ..resumptions import describe_options_changed, describe_resumption_ahead, options_changed, resumption_ahead
 
     resumption = resumption_ahead(args.save_dir, cmd, args.data)
@@ -488,7 +488,7 @@ def _say_resumption(args, cmd, dry_run=False):
         for line in describe_resumption_ahead(resumption):
             print(f"train: {line}", file=sys.stderr, flush=True)
     try:
-        changed = options_changed(resumption["checkpoint"], fairseq_train_argv(cmd))
+        changed = options_changed(resumption["checkpoint"], fairseq_train_argv(cmd), world_size=world)
     except ValueError as error:
         if say:
             print(f"train: warning: the options were not compared with the checkpoint's: {error}", file=sys.stderr,
@@ -497,15 +497,22 @@ def _say_resumption(args, cmd, dry_run=False):
     decisive = changed["model"] + changed["data"]
     allowed = set() if args.allow_changed_options is None else _allowed_changes(args.allow_changed_options)
     refused = [c for c in decisive if allowed is not None and c[0] not in allowed]
+    if say and allowed:
+        unknown = sorted(allowed - {c[0] for c in decisive})
+        if unknown:
+            print(f"train: warning: --allow-changed-options names {', '.join(unknown)}: not changed (or not "
+                  "an option compared); nothing allowed for it", file=sys.stderr, flush=True)
     if refused and resumption["optimizer_resumed"]:
-        print(f"train: {resumption['checkpoint']} was trained with other model options than this command's: "
+        print(f"train: {resumption['checkpoint']} was trained with other model options (or language direction) "
+              f"than this command's: "
               f"{describe_options_changed(refused)}; resuming would go on training another model from it "
               f"(another config in this --save-dir?). Use another --save-dir, or --allow-changed-options "
               f"{','.join(c[0] for c in refused)} to resume with the change (on every node)"
               + ("" if dry_run else "; nothing was started"), file=sys.stderr, flush=True)
         sys.exit(REFUSED_RESUMPTION)
     if say:
-        for kind, what in (("model", decisive), ("start", changed["start"]), ("training", changed["training"])):
+        for kind, what in (("model", changed["model"]), ("data", changed["data"]), ("start", changed["start"]),
+                           ("training", changed["training"])):
             if what:
                 print(f"train: warning: resuming with other {kind} options than the checkpoint's: "
                       f"{describe_options_changed(what)}"
@@ -516,6 +523,10 @@ def _say_resumption(args, cmd, dry_run=False):
 def main(argv=None):
     argv, extra = split_extra(argv)
     args = build_parser().parse_args(argv)
+    if args.allow_changed_options and (args.allow_changed_options.endswith(".args")
+                                       or os.path.exists(args.allow_changed_options)):
+        sys.exit(f"train: --allow-changed-options takes option names or 'all', not {args.allow_changed_options!r} "
+                 "(the config?)")
     moved = checkpoint_options(extra)
     if moved:
         sys.exit(f"train: {moved[0]} after '--' is not allowed: pass --save-dir before '--' "
@@ -556,7 +567,7 @@ def main(argv=None):
             print(f"train: {last} is cut off: a real start first replaces it by the newest whole checkpoint "
                   "and resumes from that", file=sys.stderr, flush=True)
         else:
-            _say_resumption(args, cmd, dry_run=True)
+            _say_resumption(args, cmd, hw.world, dry_run=True)
         return
     os.makedirs(args.save_dir, exist_ok=True)
     lock = RunLock(args.save_dir, "train.lock")
@@ -574,7 +585,7 @@ def main(argv=None):
               "finished; not started again", file=sys.stderr, flush=True)
         sys.exit(0)
     try:  # every node: each would refuse the same checkpoint and command
-        _say_resumption(args, cmd)
+        _say_resumption(args, cmd, hw.world)
     except SystemExit:
         lock.release()  # (a refusal leaves the directory to the next start at once, in-process too)
         raise
