@@ -446,3 +446,19 @@ def test_positions_left_unset_are_not_compared_and_a_change_is_told(tmp_path, ca
     warning, = [l for l in _fairseq_ctx_train(tmp_path, capsys, "--max-source-positions", "512").splitlines()
                 if "options than" in l]
     assert "other training options" in warning and "--max-source-positions: 256 in the checkpoint, 512 now" in warning
+
+
+def test_another_node_waits_for_the_checkpoint_node_0_repairs_before_it_judges(tmp_path, capsys, monkeypatch):
+    from fairseq_ctx.reproduce import train
+
+    last = tmp_path / "ck" / "checkpoint_last.pt"
+    _checkpoint_trained_with(last, _fairseq_train_argv(tmp_path))
+    whole = last.read_bytes()
+    last.write_bytes(whole[:-300])  # cut off: node 0 is replacing it by a whole one
+    monkeypatch.setattr(train.time, "sleep", lambda seconds: last.write_bytes(whole))
+    monkeypatch.setattr(train.subprocess, "call", lambda *a, **k: pytest.fail("fairseq-train was started"))
+    with pytest.raises(SystemExit) as refused:
+        train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / "bin"), "--save-dir", str(tmp_path / "ck"),
+                    "--launcher", "torchrun", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
+                    "--", "--context-stop-gradient"])
+    assert refused.value.code == train.REFUSED_RESUMPTION

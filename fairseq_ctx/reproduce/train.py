@@ -31,6 +31,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -461,6 +462,8 @@ def checkpoint_warnings(words, settings=None):
 
 # exit status of a refused resumption (a requeue wrapper can tell it from a failed training)
 REFUSED_RESUMPTION = 3
+# how long a node other than node 0 waits for node 0 to repair a cut-off checkpoint_last.pt
+NODE_WAIT_S = 300
 
 
 def _allowed_changes(value):
@@ -480,6 +483,13 @@ def _say_resumption(args, cmd, world, dry_run=False):
     world size at run time, not on the command line)."""
     from ..resumptions import describe_options_changed, describe_resumption_ahead, options_changed, resumption_ahead
 
+    last = os.path.join(args.save_dir, LAST)
+    waited = 0
+    # another node reads the checkpoint node 0 may be repairing: it waits for a whole one, so that
+    # every node judges the same (nodes deciding apart would leave the others at the rendezvous)
+    while args.node_rank > 0 and os.path.isfile(last) and not written_to_the_end(last) and waited < NODE_WAIT_S:
+        time.sleep(5)
+        waited += 5
     resumption = resumption_ahead(args.save_dir, cmd, args.data)
     if resumption is None:
         return
