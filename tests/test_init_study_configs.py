@@ -78,6 +78,12 @@ ARMS = {
     "25-context_aware-projection_trained_context_stop_gradient": (
         "01-context_aware-glorot", "01-transformer_context_aware",
         ["--context-init", "gate_half_zero_context", "--freeze-context-gates", "--context-stop-gradient"]),
+    # 22 with the context on the query side only (Q^ = (Q + C U_Q) / 2, K^ = K): at the start (U = 0) the
+    # logits are Q K^T / 2, 24's function and, under Adam, its steps in logit space; 26 - 24 is what
+    # training the query-side context term costs or gains
+    "26-context_aware-query_only_projection_trained": (
+        "01-context_aware-glorot", "01-transformer_context_aware",
+        ["--context-apply", "query", "--context-init", "gate_half_zero_context", "--freeze-context-gates"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
@@ -167,7 +173,7 @@ def test_config_builds(name):
         rates = {layer.self_attn.contextualizer.context_dropout for layer in model.encoder.layers
                  if layer.self_attn.contextualizer is not None}
         assert rates == {parsed.context_dropout} and parsed.context_dropout > 0
-    if "context_aware" in name and parsed.context_init == "gate_half_zero_context":  # 18, 19, 21, 22, 24
+    if "context_aware" in name and parsed.context_init == "gate_half_zero_context":  # 18, 19, 21, 22, 24-26
         # V = 0 and U = 0 in every contextualised layer: Q^ = (1 - lambda) Q, K^ = (1 - lambda) K at the
         # start, lambda = sigmoid(gate bias), 1/2 without one
         contextualizers = [layer.self_attn.contextualizer for layer in model.encoder.layers]
@@ -181,6 +187,21 @@ def test_config_builds(name):
         assert abs(float((1 - lam) ** 2) - 0.5) < 1e-5
         assert {n for n, p in model.named_parameters() if not p.requires_grad} == {
             n for n, _ in model.named_parameters() if ".contextualizer." in n}
+    if "query_only" in name:
+        # at the same seed the stock tensors are 24's and C U_Q = 0: the logits Q K^T / 2 are 24's
+        # (Q / sqrt(2)) (K / sqrt(2))^T, so the model computes 24's function at the start; K^ = K
+        assert parsed.context_apply == "query"
+        assert all(c.targets == ("query",) for c in (layer.self_attn.contextualizer for layer in model.encoder.layers))
+        from tests.model_checks import decoder_logits, random_batch
+        scale_half, _ = build_model(configs()["24-context_aware-frozen_scale_half"], vocab_size=30)
+        src_tokens, src_lengths, prev, _ = random_batch(model, (7, 5, 3), (4, 6, 2))
+        with torch.no_grad():
+            ours = decoder_logits(model, src_tokens, src_lengths, prev)
+            theirs = decoder_logits(scale_half, src_tokens, src_lengths, prev)
+            stock, _ = build_model(configs()["00-transformer"], vocab_size=30)
+            unscaled = decoder_logits(stock, src_tokens, src_lengths, prev)
+        assert torch.allclose(ours, theirs, atol=1e-5)
+        assert not torch.allclose(ours, unscaled, atol=1e-3)  # the halving matters at this start
     if "bias0" in name:
         # 02's tensors at the same seed, plus the bias at 0: the gates start at 0.5 as in 02
         from tests.test_controlled_start import build
