@@ -52,6 +52,11 @@ def test_two_cpu_processes_train_through_fairseq_distributed(distributed_run):
     assert "'distributed_world_size': 2" in log and "'distributed_backend': 'gloo'" in log
     assert re.search(r"num_updates\D+4\b", log)
     assert {"checkpoint_1_2.pt", "checkpoint_1_4.pt", "checkpoint_last.pt"} <= set(os.listdir(save_dir))
+    # fairseq-ctx-train's record of the start: torchrun's two processes, nothing resumed, ended at update 4
+    start, end = [json.loads(line) for line in (save_dir / "train_starts.jsonl").read_text().splitlines()]
+    assert (start["event"], start["world_size"], start["resumed"]) == ("start", 2, None)
+    assert start["command"][1:3] == ["-m", "torch.distributed.run"]
+    assert (end["event"], end["exit_code"], end["checkpoint_last_update"]) == ("end", 0, 4)
 
 
 def test_torchrun_workers_run_this_copy_from_the_root_of_another_checkout(tiny_corpus, tmp_path):

@@ -462,3 +462,80 @@ def test_another_node_waits_for_the_checkpoint_node_0_repairs_before_it_judges(t
                     "--launcher", "torchrun", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
                     "--", "--context-stop-gradient"])
     assert refused.value.code == train.REFUSED_RESUMPTION
+
+
+def _real_start(tmp_path, monkeypatch, *extra, own=(), exit_code=0, saves_at=None):
+    """fairseq-ctx-train (no --dry-run) with fairseq-train replaced by one that saves checkpoint_last.pt
+    at update ``saves_at`` (the epoch after the loaded one) and exits ``exit_code``. -> SystemExit code."""
+    from fairseq_ctx.reproduce import train
+
+    def fairseq_train(cmd, **kwargs):
+        if saves_at is not None:
+            _checkpoint(tmp_path / "ck" / "checkpoint_last.pt", saves_at, 4)
+        return exit_code
+
+    monkeypatch.setattr(train.subprocess, "call", fairseq_train)
+    with pytest.raises(SystemExit) as ended:
+        train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / "bin"), "--save-dir",
+                    str(tmp_path / "ck"), *own, "--", *extra])
+    return ended.value.code
+
+
+def _starts(tmp_path):
+    from fairseq_ctx.reproduce.train import STARTS_RECORD
+
+    path = tmp_path / "ck" / STARTS_RECORD
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_each_start_of_fairseq_train_is_recorded_with_its_resumption_changes_and_end(tmp_path, capsys, monkeypatch):
+    from fairseq_ctx.reproduce.train import build_command
+    from fairseq_ctx.paths import config_path
+
+    # a first start from nothing: no resumption; it saves at update 120 and exits 0
+    assert _real_start(tmp_path, monkeypatch, saves_at=120) == 0
+    start, end = _starts(tmp_path)
+    assert (start["event"], start["resumed"], start["world_size"], start["nnodes"]) == ("start", None, 1, 1)
+    assert start["command"] == build_command(config_path("yang2019/both.args"), "cpu", str(tmp_path / "bin"),
+                                             str(tmp_path / "ck"), [])
+    assert (end["event"], end["exit_code"], end["checkpoint_last_update"], end["started"]) == (
+        "end", 0, 120, start["started"])
+    # a requeued start with a change it was allowed: the resumption, the change and the permission
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt", _fairseq_train_argv(tmp_path), updates=120)
+    assert _real_start(tmp_path, monkeypatch, "--dropout", "0.3", own=["--allow-changed-options", "dropout"],
+                       exit_code=1, saves_at=150) == 1
+    assert len(_starts(tmp_path)) == 4  # appended: the first start's two lines stay
+    start, end = _starts(tmp_path)[2:]
+    resumed = start["resumed"]
+    assert (resumed["from"]["update"], resumed["from"]["epoch"], resumed["from"]["optimizer_resumed"]) == (120, 3, True)
+    assert resumed["allowed"] == "dropout" and "not_compared" not in resumed
+    assert [change[0] for change in resumed["options_changed"]["model"]] == ["dropout"]
+    assert resumed["options_changed"]["model"][0][1:] == [0.1, 0.3]
+    assert (end["exit_code"], end["checkpoint_last_update"]) == (1, 150)
+    capsys.readouterr()
+
+
+def test_a_start_that_trains_nothing_records_nothing(tmp_path, capsys, monkeypatch):
+    # a refused resumption, a dry run and a node other than node 0 (the directory is node 0's) add no line
+    _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt", _fairseq_train_argv(tmp_path))
+    from fairseq_ctx.reproduce.train import REFUSED_RESUMPTION
+
+    assert _real_start(tmp_path, monkeypatch, "--context-stop-gradient") == REFUSED_RESUMPTION
+    _fairseq_ctx_train(tmp_path, capsys)
+    node_1 = ["--launcher", "torchrun", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1"]
+    assert _real_start(tmp_path, monkeypatch, own=node_1) == 0
+    assert _starts(tmp_path) == []
+    # a training already at --max-update is not started again, and not recorded
+    _checkpoint(tmp_path / "ck" / "checkpoint_last.pt", 300, 3)
+    assert _real_start(tmp_path, monkeypatch, "--max-update", "300", own=["--skip-checkpoint-check"]) == 0
+    assert _starts(tmp_path) == []
+    capsys.readouterr()
+
+
+def test_a_start_whose_options_cannot_be_compared_records_why(tmp_path, capsys, monkeypatch):
+    _checkpoint(tmp_path / "ck" / "checkpoint_last.pt", 120, 3)  # holds no options
+    assert _real_start(tmp_path, monkeypatch, own=["--skip-checkpoint-check"]) == 0
+    start, end = _starts(tmp_path)
+    assert start["resumed"]["options_changed"] is None and "records no options" in start["resumed"]["not_compared"]
+    assert end["checkpoint_last_update"] == 120
+    capsys.readouterr()

@@ -26,16 +26,19 @@ Multi-node: run the same torchrun command on every node with its --node-rank. ``
 an ``srun`` line for fairseq's own SLURM support (one task per GPU, --distributed-port).
 """
 import argparse
+import datetime
+import json
 import math
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from typing import Optional
 
-from ..checkpoint_repair import LAST, finished_at, repair_before_resuming, written_to_the_end
+from ..checkpoint_repair import LAST, finished_at, repair_before_resuming, stored_updates, written_to_the_end
 from ..paths import CONFIGS, config_path, python_env
 from ..paths import IMPORT_ROOT as ROOT  # noqa: F401  (runner: child processes run from there)
 from ..paths import PACKAGE_DIR as USER_DIR
@@ -464,6 +467,23 @@ def checkpoint_warnings(words, settings=None):
 REFUSED_RESUMPTION = 3
 # how long a node other than node 0 waits for node 0 to repair a cut-off checkpoint_last.pt
 NODE_WAIT_S = 300
+# SAVE_DIR's record of every fairseq-train this command started there (a requeued job's history:
+# the command, the resumption and what changed at each start, and how each ended), one JSON line each
+STARTS_RECORD = "train_starts.jsonl"
+
+
+def _utc_now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def record_start(save_dir, entry):
+    """Append ``entry`` as one line to SAVE_DIR/STARTS_RECORD (node 0 only: the directory is shared).
+    One write of a whole line, flushed to disk: a start killed with the job leaves whole lines only."""
+    line = json.dumps(entry, default=str, sort_keys=True) + "\n"
+    with open(os.path.join(save_dir, STARTS_RECORD), "a", encoding="utf-8") as record:
+        record.write(line)
+        record.flush()
+        os.fsync(record.fileno())
 
 
 def _allowed_changes(value):
@@ -480,7 +500,9 @@ def _say_resumption(args, cmd, world, dry_run=False):
     other model options or another language direction than ``cmd``'s and the optimizer would go on,
     unless --allow-changed-options names the change: fairseq would resume another model's training
     from it without a word. ``world``: the processes of the whole run (torchrun gives fairseq its
-    world size at run time, not on the command line)."""
+    world size at run time, not on the command line). Returns what the start's record keeps: None
+    where nothing is resumed, else {"from": the resumption (``resumption_ahead``), "options_changed":
+    ``options_changed``'s lists or None with "not_compared": why, "allowed": --allow-changed-options}."""
     from ..resumptions import describe_options_changed, describe_resumption_ahead, options_changed, resumption_ahead
 
     last = os.path.join(args.save_dir, LAST)
@@ -492,7 +514,8 @@ def _say_resumption(args, cmd, world, dry_run=False):
         waited += 5
     resumption = resumption_ahead(args.save_dir, cmd, args.data)
     if resumption is None:
-        return
+        return None
+    record = {"from": resumption, "options_changed": None, "allowed": args.allow_changed_options}
     say = args.node_rank == 0
     if say:
         for line in describe_resumption_ahead(resumption):
@@ -503,7 +526,7 @@ def _say_resumption(args, cmd, world, dry_run=False):
         if say:
             print(f"train: warning: the options were not compared with the checkpoint's: {error}", file=sys.stderr,
                   flush=True)
-        return
+        return {**record, "not_compared": str(error)}
     decisive = changed["model"] + changed["data"]
     allowed = set() if args.allow_changed_options is None else _allowed_changes(args.allow_changed_options)
     refused = [c for c in decisive if allowed is not None and c[0] not in allowed]
@@ -528,6 +551,7 @@ def _say_resumption(args, cmd, world, dry_run=False):
                       f"{describe_options_changed(what)}"
                       + (" (the loaded weights replace what they initialise)" if kind == "start" else
                          ": from here on another training than the checkpoint's"), file=sys.stderr, flush=True)
+    return {**record, "options_changed": changed}
 
 
 def main(argv=None):
@@ -595,10 +619,15 @@ def main(argv=None):
               "finished; not started again", file=sys.stderr, flush=True)
         sys.exit(0)
     try:  # every node: each would refuse the same checkpoint and command
-        _say_resumption(args, cmd, hw.world)
+        resumed = _say_resumption(args, cmd, hw.world)
     except SystemExit:
         lock.release()  # (a refusal leaves the directory to the next start at once, in-process too)
         raise
+    started = _utc_now()
+    if args.node_rank == 0:
+        record_start(args.save_dir, {"event": "start", "started": started, "host": socket.gethostname(),
+                                     "command": cmd, "world_size": hw.world, "nnodes": args.nnodes,
+                                     "resumed": resumed})
     # python_env: torchrun's `-m` workers would import a fairseq_ctx in the working directory
     code = subprocess.call(cmd, pass_fds=held_fds(args.save_dir), env=python_env())
     done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0)) if code and args.nnodes == 1 else None
@@ -607,6 +636,12 @@ def main(argv=None):
               f"checkpoint_last.pt whole at update {done}, --max-update): taken as finished; see "
               "finished_before_the_exit in fairseq_ctx/checkpoint_repair.py", file=sys.stderr, flush=True)
         code = 0
+    if args.node_rank == 0:
+        last = os.path.join(args.save_dir, LAST)
+        saved = stored_updates(last) if os.path.isfile(last) and written_to_the_end(last) else None
+        record_start(args.save_dir, {"event": "end", "started": started, "ended": _utc_now(), "exit_code": code,
+                                     "checkpoint_last_update": saved})
+    lock.release()  # (at the process's exit anyway; a caller in-process may start the next one)
     sys.exit(code)
 
 
