@@ -84,6 +84,12 @@ ARMS = {
     "26-context_aware-query_only_projection_trained": (
         "01-context_aware-glorot", "01-transformer_context_aware",
         ["--context-apply", "query", "--context-init", "gate_half_zero_context", "--freeze-context-gates"]),
+    # 22 with the context on the key side only (Q^ = Q, K^ = (K + C U_K) / 2): 24's function at the start
+    # as 26; 27 - 24 is what training the key-side context term costs or gains (in layer 1, global
+    # context only, the key-side term adds the same to every key of a query: inert in the softmax)
+    "27-context_aware-key_only_projection_trained": (
+        "01-context_aware-glorot", "01-transformer_context_aware",
+        ["--context-apply", "key", "--context-init", "gate_half_zero_context", "--freeze-context-gates"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
@@ -173,7 +179,7 @@ def test_config_builds(name):
         rates = {layer.self_attn.contextualizer.context_dropout for layer in model.encoder.layers
                  if layer.self_attn.contextualizer is not None}
         assert rates == {parsed.context_dropout} and parsed.context_dropout > 0
-    if "context_aware" in name and parsed.context_init == "gate_half_zero_context":  # 18, 19, 21, 22, 24-26
+    if "context_aware" in name and parsed.context_init == "gate_half_zero_context":  # 18, 19, 21, 22, 24-27
         # V = 0 and U = 0 in every contextualised layer: Q^ = (1 - lambda) Q, K^ = (1 - lambda) K at the
         # start, lambda = sigmoid(gate bias), 1/2 without one
         contextualizers = [layer.self_attn.contextualizer for layer in model.encoder.layers]
@@ -187,11 +193,12 @@ def test_config_builds(name):
         assert abs(float((1 - lam) ** 2) - 0.5) < 1e-5
         assert {n for n, p in model.named_parameters() if not p.requires_grad} == {
             n for n, _ in model.named_parameters() if ".contextualizer." in n}
-    if "query_only" in name:
-        # at the same seed the stock tensors are 24's and C U_Q = 0: the logits Q K^T / 2 are 24's
-        # (Q / sqrt(2)) (K / sqrt(2))^T, so the model computes 24's function at the start; K^ = K
-        assert parsed.context_apply == "query"
-        assert all(c.targets == ("query",) for c in (layer.self_attn.contextualizer for layer in model.encoder.layers))
+    if "query_only" in name or "key_only" in name:
+        # at the same seed the stock tensors are 24's and C U = 0: the logits Q K^T / 2 (one side halved,
+        # the other as it is) are 24's (Q / sqrt(2)) (K / sqrt(2))^T: the model computes 24's function at the start
+        side = "query" if "query_only" in name else "key"
+        assert parsed.context_apply == side
+        assert all(c.targets == (side,) for c in (layer.self_attn.contextualizer for layer in model.encoder.layers))
         from tests.model_checks import decoder_logits, random_batch
         scale_half, _ = build_model(configs()["24-context_aware-frozen_scale_half"], vocab_size=30)
         src_tokens, src_lengths, prev, _ = random_batch(model, (7, 5, 3), (4, 6, 2))
