@@ -498,8 +498,8 @@ def test_each_start_of_fairseq_train_is_recorded_with_its_resumption_changes_and
     assert (start["event"], start["resumed"], start["world_size"], start["nnodes"]) == ("start", None, 1, 1)
     assert start["command"] == build_command(config_path("yang2019/both.args"), "cpu", str(tmp_path / "bin"),
                                              str(tmp_path / "ck"), [])
-    assert (end["event"], end["exit_code"], end["checkpoint_last_update"], end["started"]) == (
-        "end", 0, 120, start["started"])
+    assert (end["event"], end["exit_code"], end["checkpoint_last_update"], end["start_id"]) == (
+        "end", 0, 120, start["start_id"])
     # a requeued start with a change it was allowed: the resumption, the change and the permission
     _checkpoint_trained_with(tmp_path / "ck" / "checkpoint_last.pt", _fairseq_train_argv(tmp_path), updates=120)
     assert _real_start(tmp_path, monkeypatch, "--dropout", "0.3", own=["--allow-changed-options", "dropout"],
@@ -508,10 +508,12 @@ def test_each_start_of_fairseq_train_is_recorded_with_its_resumption_changes_and
     start, end = _starts(tmp_path)[2:]
     resumed = start["resumed"]
     assert (resumed["from"]["update"], resumed["from"]["epoch"], resumed["from"]["optimizer_resumed"]) == (120, 3, True)
-    assert resumed["allowed"] == "dropout" and "not_compared" not in resumed
+    assert resumed["allowed"] == ["dropout"] and "not_compared" not in resumed
     assert [change[0] for change in resumed["options_changed"]["model"]] == ["dropout"]
     assert resumed["options_changed"]["model"][0][1:] == [0.1, 0.3]
-    assert (end["exit_code"], end["checkpoint_last_update"]) == (1, 150)
+    assert (end["exit_code"], end["fairseq_exit"], end["taken_as_finished"], end["checkpoint_last_update"]) == (
+        1, 1, False, 150)
+    assert end["start_id"] == start["start_id"] != _starts(tmp_path)[0]["start_id"]
     capsys.readouterr()
 
 
@@ -537,5 +539,92 @@ def test_a_start_whose_options_cannot_be_compared_records_why(tmp_path, capsys, 
     assert _real_start(tmp_path, monkeypatch, own=["--skip-checkpoint-check"]) == 0
     start, end = _starts(tmp_path)
     assert start["resumed"]["options_changed"] is None and "records no options" in start["resumed"]["not_compared"]
-    assert end["checkpoint_last_update"] == 120
+    assert end["checkpoint_last_update"] is None  # (the fake fairseq-train saved nothing this time)
     capsys.readouterr()
+
+
+def test_an_interrupted_start_is_recorded_and_leaves_the_directory_free(tmp_path, capsys, monkeypatch):
+    from fairseq_ctx.reproduce import train
+
+    def interrupted(cmd, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train.subprocess, "call", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / "bin"), "--save-dir", str(tmp_path / "ck")])
+    start, end = _starts(tmp_path)
+    assert (end["interrupted"], end["checkpoint_last_update"], end["start_id"]) == (
+        "KeyboardInterrupt", None, start["start_id"])
+    assert _real_start(tmp_path, monkeypatch, saves_at=10) == 0  # the run lock was released
+    assert len(_starts(tmp_path)) == 4
+    capsys.readouterr()
+
+
+def test_sigterm_records_the_end_then_takes_its_default_course(tmp_path, capsys, monkeypatch):
+    import signal
+
+    from fairseq_ctx.reproduce import train
+
+    sent = []
+    before = signal.getsignal(signal.SIGTERM)
+
+    def killed_by_the_scheduler(cmd, **kwargs):
+        _checkpoint(tmp_path / "ck" / "checkpoint_last.pt", 60, 2)  # a save before the time limit
+        monkeypatch.setattr(train.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # what the interpreter calls on SIGTERM
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the default: the process would end here
+        return -15
+
+    monkeypatch.setattr(train.subprocess, "call", killed_by_the_scheduler)
+    with pytest.raises(SystemExit):
+        train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / "bin"), "--save-dir", str(tmp_path / "ck")])
+    start, end = _starts(tmp_path)  # one end line: the one written on the signal
+    assert (end["signal"], end["checkpoint_last_update"]) == ("SIGTERM", 60) and "exit_code" not in end
+    assert sent == [(os.getpid(), signal.SIGTERM)]
+    assert signal.getsignal(signal.SIGTERM) == before  # (restored for an in-process caller)
+    capsys.readouterr()
+
+
+def test_the_record_keeps_fairseqs_own_exit_beside_the_one_taken(tmp_path, capsys, monkeypatch):
+    # an exit at interpreter shutdown after the last save (rc -6, fairseq_ctx/checkpoint_repair.py) is
+    # taken as finished: both are kept
+    assert _real_start(tmp_path, monkeypatch, "--max-update", "300", own=["--skip-checkpoint-check"],
+                       exit_code=-6, saves_at=300) == 0
+    start, end = _starts(tmp_path)
+    assert (end["fairseq_exit"], end["exit_code"], end["taken_as_finished"], end["checkpoint_last_update"]) == (
+        -6, 0, True, 300)
+    capsys.readouterr()
+
+
+def test_node_0_of_a_multi_node_run_records_and_a_record_that_cannot_be_written_stops_nothing(
+        tmp_path, capsys, monkeypatch):
+    node_0 = ["--launcher", "torchrun", "--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.0.1"]
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    assert _real_start(tmp_path, monkeypatch, own=node_0, saves_at=8) == 0
+    start, end = _starts(tmp_path)
+    assert (start["nnodes"], start["world_size"], start["job"]) == (2, 2, {"SLURM_JOB_ID": "4242",
+                                                                           "SLURM_RESTART_COUNT": "2"})
+    assert end["checkpoint_last_update"] == 8
+    # a checkpoint_last.pt this start did not save is not reported as its own (even one dated later)
+    os.utime(tmp_path / "ck" / "checkpoint_last.pt", (4e9, 4e9))
+    assert _real_start(tmp_path, monkeypatch, own=node_0, exit_code=1) == 1
+    assert _starts(tmp_path)[-1]["checkpoint_last_update"] is None
+    # the record's place taken by a directory: warned of; fairseq-train runs and its exit status is kept
+    from fairseq_ctx.reproduce.train import STARTS_RECORD
+
+    (tmp_path / "ck" / STARTS_RECORD).rename(tmp_path / "moved.jsonl")
+    (tmp_path / "ck" / STARTS_RECORD).mkdir()
+    assert _real_start(tmp_path, monkeypatch, own=node_0, exit_code=7) == 7
+    assert "this start's record not written" in capsys.readouterr().err
+
+
+def test_record_values_are_strict_json():
+    from fairseq_ctx.reproduce.train import _jsonable
+
+    class Odd:
+        def __str__(self):
+            return "odd"
+
+    value = {"a": (1, float("inf")), 2: [float("nan"), Odd(), None, True, 0.5]}
+    assert json.loads(json.dumps(_jsonable(value), allow_nan=False)) == {"a": [1, "inf"], "2": ["nan", "odd", None, True, 0.5]}

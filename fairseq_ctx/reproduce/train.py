@@ -31,10 +31,13 @@ import json
 import math
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Optional
 
@@ -476,14 +479,110 @@ def _utc_now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _jsonable(value):
+    """``value`` as strict JSON takes it: tuples and lists as lists, inf / nan as strings, any other
+    object (an Enum, an omegaconf container's repr) as its str."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
 def record_start(save_dir, entry):
-    """Append ``entry`` as one line to SAVE_DIR/STARTS_RECORD (node 0 only: the directory is shared).
-    One write of a whole line, flushed to disk: a start killed with the job leaves whole lines only."""
-    line = json.dumps(entry, default=str, sort_keys=True) + "\n"
-    with open(os.path.join(save_dir, STARTS_RECORD), "a", encoding="utf-8") as record:
-        record.write(line)
-        record.flush()
-        os.fsync(record.fileno())
+    """Append ``entry`` as one JSON line to SAVE_DIR/STARTS_RECORD (node 0 only: the directory is
+    shared): one O_APPEND write of the whole line, synced. Best effort: a record that cannot be
+    written (a full disk, a file system without fsync) is warned of and the training goes on."""
+    path = os.path.join(save_dir, STARTS_RECORD)
+    try:
+        line = (json.dumps(_jsonable(entry), sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            try:
+                os.fsync(fd)
+            except OSError:  # (some network / FUSE file systems)
+                pass
+        finally:
+            os.close(fd)
+    except (OSError, ValueError) as error:
+        print(f"train: warning: {path}: this start's record not written ({error})", file=sys.stderr, flush=True)
+
+
+def _job():
+    """The scheduler's names for this start (a requeued job keeps its id and counts its restarts)."""
+    return {name: os.environ[name] for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
+                                                "SLURM_RESTART_COUNT", "SLURM_JOB_NODELIST") if name in os.environ}
+
+
+def _file_state(path):
+    try:
+        state = os.stat(path)
+    except OSError:
+        return None
+    return state.st_ino, state.st_size, state.st_mtime_ns
+
+
+def _saved_since(save_dir, cmd, before, done=None):
+    """The update count of a whole checkpoint_last.pt this start saved (not the file ``before``, its
+    _file_state at the start: no clock compared), else None (none saved, cut off, or named with
+    --checkpoint-suffix)."""
+    if done is not None:
+        return done
+    last = os.path.join(save_dir, LAST)
+    if option_value(cmd, "--checkpoint-suffix") or _file_state(last) in (None, before):
+        return None
+    return stored_updates(last) if written_to_the_end(last) else None
+
+
+def _train_recorded(args, cmd, world, resumed):
+    """fairseq-train ``cmd``, recorded in SAVE_DIR/STARTS_RECORD on node 0: a line before it starts and
+    one when it ends, is interrupted (an exception here, e.g. Ctrl-C) or this process is sent SIGTERM
+    (a scheduler's time limit or scancel: the line is written, then the signal takes its default
+    course as before). -> the exit status (0 for an exit at shutdown after the training finished)."""
+    recording = args.node_rank == 0
+    before, start_id = _file_state(os.path.join(args.save_dir, LAST)), uuid.uuid4().hex
+    start = {"start_id": start_id, "started": _utc_now()}
+    ended = []
+
+    def end(**what):
+        if recording and not ended:
+            ended.append(what)
+            record_start(args.save_dir, {"event": "end", **start, "ended": _utc_now(), **what})
+
+    def on_signal(signum, frame):
+        end(signal=signal.Signals(signum).name, checkpoint_last_update=_saved_since(args.save_dir, cmd, before))
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    if recording:
+        record_start(args.save_dir, {"event": "start", **start, "host": socket.gethostname(), "pid": os.getpid(),
+                                     "job": _job(), "command": cmd, "world_size": world, "nnodes": args.nnodes,
+                                     "resumed": resumed})
+    handled = recording and threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_signal) if handled else None
+    try:
+        # python_env: torchrun's `-m` workers would import a fairseq_ctx in the working directory
+        raw = subprocess.call(cmd, pass_fds=held_fds(args.save_dir), env=python_env())
+        done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0)) if raw and args.nnodes == 1 else None
+        if done is not None:  # it was not finished before this start: an exit at shutdown, after the last save
+            print(f"train: fairseq-train exited {raw} after the training had finished ({args.save_dir}/"
+                  f"checkpoint_last.pt whole at update {done}, --max-update): taken as finished; see "
+                  "finished_before_the_exit in fairseq_ctx/checkpoint_repair.py", file=sys.stderr, flush=True)
+        code = 0 if done is not None else raw
+        end(fairseq_exit=raw, exit_code=code, taken_as_finished=done is not None,
+            checkpoint_last_update=_saved_since(args.save_dir, cmd, before, done))
+        return code
+    except BaseException as error:
+        end(interrupted=type(error).__name__, checkpoint_last_update=_saved_since(args.save_dir, cmd, before))
+        raise
+    finally:
+        if handled:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _allowed_changes(value):
@@ -515,7 +614,8 @@ def _say_resumption(args, cmd, world, dry_run=False):
     resumption = resumption_ahead(args.save_dir, cmd, args.data)
     if resumption is None:
         return None
-    record = {"from": resumption, "options_changed": None, "allowed": args.allow_changed_options}
+    allowed = set() if args.allow_changed_options is None else _allowed_changes(args.allow_changed_options)
+    record = {"from": resumption, "options_changed": None, "allowed": "all" if allowed is None else sorted(allowed)}
     say = args.node_rank == 0
     if say:
         for line in describe_resumption_ahead(resumption):
@@ -528,7 +628,6 @@ def _say_resumption(args, cmd, world, dry_run=False):
                   flush=True)
         return {**record, "not_compared": str(error)}
     decisive = changed["model"] + changed["data"]
-    allowed = set() if args.allow_changed_options is None else _allowed_changes(args.allow_changed_options)
     refused = [c for c in decisive if allowed is not None and c[0] not in allowed]
     if say and allowed:
         unknown = sorted(allowed - {c[0] for c in decisive})
@@ -617,33 +716,18 @@ def main(argv=None):
     if done is not None:  # fairseq-train would take one more update and overwrite the checkpoints
         print(f"train: {args.save_dir}/checkpoint_last.pt is at update {done} (--max-update): the training has "
               "finished; not started again", file=sys.stderr, flush=True)
+        lock.release()
         sys.exit(0)
     try:  # every node: each would refuse the same checkpoint and command
         resumed = _say_resumption(args, cmd, hw.world)
     except SystemExit:
         lock.release()  # (a refusal leaves the directory to the next start at once, in-process too)
         raise
-    started = _utc_now()
-    if args.node_rank == 0:
-        record_start(args.save_dir, {"event": "start", "started": started, "host": socket.gethostname(),
-                                     "command": cmd, "world_size": hw.world, "nnodes": args.nnodes,
-                                     "resumed": resumed})
-    # python_env: torchrun's `-m` workers would import a fairseq_ctx in the working directory
-    code = subprocess.call(cmd, pass_fds=held_fds(args.save_dir), env=python_env())
-    done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0)) if code and args.nnodes == 1 else None
-    if done is not None:  # it was not finished before this start: an exit at shutdown, after the last save
-        print(f"train: fairseq-train exited {code} after the training had finished ({args.save_dir}/"
-              f"checkpoint_last.pt whole at update {done}, --max-update): taken as finished; see "
-              "finished_before_the_exit in fairseq_ctx/checkpoint_repair.py", file=sys.stderr, flush=True)
-        code = 0
-    if args.node_rank == 0:
-        last = os.path.join(args.save_dir, LAST)
-        saved = stored_updates(last) if os.path.isfile(last) and written_to_the_end(last) else None
-        record_start(args.save_dir, {"event": "end", "started": started, "ended": _utc_now(), "exit_code": code,
-                                     "checkpoint_last_update": saved})
-    lock.release()  # (at the process's exit anyway; a caller in-process may start the next one)
+    try:
+        code = _train_recorded(args, cmd, hw.world, resumed)
+    finally:
+        lock.release()  # (at the process's exit anyway; a caller in-process may start the next one)
     sys.exit(code)
-
 
 if __name__ == "__main__":
     main()
