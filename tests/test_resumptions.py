@@ -531,6 +531,9 @@ def test_a_start_that_trains_nothing_records_nothing(tmp_path, capsys, monkeypat
     _checkpoint(tmp_path / "ck" / "checkpoint_last.pt", 300, 3)
     assert _real_start(tmp_path, monkeypatch, "--max-update", "300", own=["--skip-checkpoint-check"]) == 0
     assert _starts(tmp_path) == []
+    # (and leaves the directory free: the next start in this process is not refused as running)
+    assert _real_start(tmp_path, monkeypatch, "--max-update", "400", own=["--skip-checkpoint-check"]) == 0
+    assert len(_starts(tmp_path)) == 2
     capsys.readouterr()
 
 
@@ -579,7 +582,7 @@ def test_sigterm_records_the_end_then_takes_its_default_course(tmp_path, capsys,
     with pytest.raises(SystemExit):
         train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / "bin"), "--save-dir", str(tmp_path / "ck")])
     start, end = _starts(tmp_path)  # one end line: the one written on the signal
-    assert (end["signal"], end["checkpoint_last_update"]) == ("SIGTERM", 60) and "exit_code" not in end
+    assert (end["signal"], end["checkpoint_last_changed"]) == ("SIGTERM", True) and "exit_code" not in end
     assert sent == [(os.getpid(), signal.SIGTERM)]
     assert signal.getsignal(signal.SIGTERM) == before  # (restored for an in-process caller)
     capsys.readouterr()
@@ -628,3 +631,80 @@ def test_record_values_are_strict_json():
 
     value = {"a": (1, float("inf")), 2: [float("nan"), Odd(), None, True, 0.5]}
     assert json.loads(json.dumps(_jsonable(value), allow_nan=False)) == {"a": [1, "inf"], "2": ["nan", "odd", None, True, 0.5]}
+
+
+_DRIVER = """
+import sys, time
+from fairseq_ctx.reproduce import train
+train.subprocess.call = lambda cmd, **kwargs: time.sleep(60) or 0   # fairseq-train, still training
+train.main(["yang2019/both.args", "cpu", "--data", sys.argv[1] + "/bin", "--save-dir", sys.argv[1] + "/ck"])
+"""
+
+
+def test_a_real_sigterm_writes_the_end_line_and_ends_the_driver_by_it(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import ROOT
+
+    driver = subprocess.Popen([sys.executable, "-c", _DRIVER, str(tmp_path)], cwd=ROOT, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while not _starts(tmp_path) and time.time() < deadline and driver.poll() is None:
+        time.sleep(0.2)
+    assert _starts(tmp_path), driver.stderr.read().decode()[-2000:]  # (the handler is installed before it)
+    driver.send_signal(signal.SIGTERM)
+    assert driver.wait(timeout=60) == -signal.SIGTERM  # the default course: ended by the signal
+    start, end = _starts(tmp_path)
+    assert (end["signal"], end["checkpoint_last_changed"], end["start_id"]) == ("SIGTERM", False, start["start_id"])
+
+
+def test_sigterm_handling_someone_else_set_is_left_alone(tmp_path, capsys, monkeypatch):
+    import signal
+
+    from fairseq_ctx.reproduce import train
+
+    seen = []
+    monkeypatch.setattr(train.subprocess, "call", lambda cmd, **kwargs: seen.append(signal.getsignal(signal.SIGTERM)) or 0)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # an sbatch script's trap '' TERM
+    try:
+        with pytest.raises(SystemExit):
+            train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / "bin"), "--save-dir", str(tmp_path / "ck")])
+        assert seen == [signal.SIG_IGN] and signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert [line["event"] for line in _starts(tmp_path)] == ["start", "end"]
+    capsys.readouterr()
+
+
+def test_a_start_in_another_thread_is_recorded(tmp_path, capsys, monkeypatch):
+    import threading
+
+    from fairseq_ctx.reproduce import train
+
+    monkeypatch.setattr(train.subprocess, "call", lambda cmd, **kwargs: 0)
+    ended = []
+
+    def start():
+        try:
+            train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / "bin"), "--save-dir", str(tmp_path / "ck")])
+        except SystemExit as exit_:
+            ended.append(exit_.code)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join(120)
+    assert ended == [0] and [line["event"] for line in _starts(tmp_path)] == ["start", "end"]
+    capsys.readouterr()
+
+
+def test_a_checkpoint_that_cannot_be_read_at_the_end_changes_nothing_but_the_record(tmp_path, capsys, monkeypatch):
+    from fairseq_ctx.reproduce import train
+
+    def unreadable(path):
+        raise OSError("Stale file handle")
+
+    monkeypatch.setattr(train, "written_to_the_end", unreadable)
+    assert _real_start(tmp_path, monkeypatch, exit_code=5, saves_at=30) == 5
+    assert _starts(tmp_path)[-1]["checkpoint_last_update"] is None
+    capsys.readouterr()

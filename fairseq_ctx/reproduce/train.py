@@ -529,42 +529,52 @@ def _file_state(path):
 
 def _saved_since(save_dir, cmd, before, done=None):
     """The update count of a whole checkpoint_last.pt this start saved (not the file ``before``, its
-    _file_state at the start: no clock compared), else None (none saved, cut off, or named with
-    --checkpoint-suffix)."""
+    _file_state at the start: no clock compared), else None (none saved, cut off, named with
+    --checkpoint-suffix, or unreadable: the record never changes how the start ends)."""
     if done is not None:
         return done
     last = os.path.join(save_dir, LAST)
-    if option_value(cmd, "--checkpoint-suffix") or _file_state(last) in (None, before):
+    try:
+        if option_value(cmd, "--checkpoint-suffix") or _file_state(last) in (None, before):
+            return None
+        return stored_updates(last) if written_to_the_end(last) else None
+    except Exception:  # noqa: BLE001
         return None
-    return stored_updates(last) if written_to_the_end(last) else None
 
 
 def _train_recorded(args, cmd, world, resumed):
     """fairseq-train ``cmd``, recorded in SAVE_DIR/STARTS_RECORD on node 0: a line before it starts and
-    one when it ends, is interrupted (an exception here, e.g. Ctrl-C) or this process is sent SIGTERM
-    (a scheduler's time limit or scancel: the line is written, then the signal takes its default
-    course as before). -> the exit status (0 for an exit at shutdown after the training finished)."""
+    one when it ends, is interrupted (an exception here, e.g. Ctrl-C) or this driver is sent SIGTERM
+    (a scheduler's time limit or scancel; only where SIGTERM has its default action in the main
+    thread: the line is written, then the signal takes that default course as before).
+    -> the exit status (0 for an exit at shutdown after the training finished)."""
     recording = args.node_rank == 0
-    before, start_id = _file_state(os.path.join(args.save_dir, LAST)), uuid.uuid4().hex
+    last = os.path.join(args.save_dir, LAST)
+    before, start_id = _file_state(last), uuid.uuid4().hex
     start = {"start_id": start_id, "started": _utc_now()}
     ended = []
 
     def end(**what):
         if recording and not ended:
-            ended.append(what)
             record_start(args.save_dir, {"event": "end", **start, "ended": _utc_now(), **what})
+            ended.append(what)
 
     def on_signal(signum, frame):
-        end(signal=signal.Signals(signum).name, checkpoint_last_update=_saved_since(args.save_dir, cmd, before))
+        signal.signal(signum, signal.SIG_IGN)  # a second one while the line is written waits for it
+        # within the scheduler's grace period: whether checkpoint_last.pt changed, not its update (a read)
+        end(signal=signal.Signals(signum).name, checkpoint_last_changed=_file_state(last) not in (None, before))
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
+    # someone else's SIGTERM handling (an sbatch `trap '' TERM`, a Python handler) is left alone
+    handled = (recording and threading.current_thread() is threading.main_thread()
+               and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    if handled:
+        signal.signal(signal.SIGTERM, on_signal)
     if recording:
         record_start(args.save_dir, {"event": "start", **start, "host": socket.gethostname(), "pid": os.getpid(),
                                      "job": _job(), "command": cmd, "world_size": world, "nnodes": args.nnodes,
                                      "resumed": resumed})
-    handled = recording and threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, on_signal) if handled else None
     try:
         # python_env: torchrun's `-m` workers would import a fairseq_ctx in the working directory
         raw = subprocess.call(cmd, pass_fds=held_fds(args.save_dir), env=python_env())
@@ -581,8 +591,8 @@ def _train_recorded(args, cmd, world, resumed):
         end(interrupted=type(error).__name__, checkpoint_last_update=_saved_since(args.save_dir, cmd, before))
         raise
     finally:
-        if handled:
-            signal.signal(signal.SIGTERM, previous)
+        if handled and signal.getsignal(signal.SIGTERM) is on_signal:  # not someone else's, set meanwhile
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _allowed_changes(value):
