@@ -739,5 +739,6 @@ def main(argv=None):
         lock.release()  # (at the process's exit anyway; a caller in-process may start the next one)
     sys.exit(code)
 
+
 if __name__ == "__main__":
     main()
