@@ -90,6 +90,14 @@ ARMS = {
     "27-context_aware-key_only_projection_trained": (
         "01-context_aware-glorot", "01-transformer_context_aware",
         ["--context-apply", "key", "--context-init", "gate_half_zero_context", "--freeze-context-gates"]),
+    # 26 without the per-position (deep) part: the query-side context term is one vector per sentence in
+    # every layer (layer l: [c^1, ..., c^l] U_Q, Eq. 10), so C U_Q . K_j is the same for every query of a
+    # sentence, a bias over its keys; 24's function at the start as 26. 28 - 24 is what that sentence-wide
+    # term costs or gains, 26 - 28 what the per-position deep part adds to it
+    "28-context_aware-query_only_deep_global_projection_trained": (
+        "01-context_aware-glorot", "01-transformer_context_aware",
+        ["--encoder-context", "deep_global", "--context-apply", "query", "--context-init", "gate_half_zero_context",
+         "--freeze-context-gates"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
@@ -175,11 +183,16 @@ def test_config_builds(name):
         d = 128
         assert all(c is not None and c.global_proj is None and c.deep_proj.in_features == i * d
                    for i, c in enumerate(contextualizers[1:], start=1))
+    if "deep_global_projection" in name:
+        # every layer: the deep-global context alone (Eq. 10), one vector per sentence, no deep part
+        d = 128
+        assert all(c is not None and c.deep_proj is None and c.global_proj.in_features == i * d
+                   for i, c in enumerate((layer.self_attn.contextualizer for layer in model.encoder.layers), start=1))
     if "context_dropout" in name:
         rates = {layer.self_attn.contextualizer.context_dropout for layer in model.encoder.layers
                  if layer.self_attn.contextualizer is not None}
         assert rates == {parsed.context_dropout} and parsed.context_dropout > 0
-    if "context_aware" in name and parsed.context_init == "gate_half_zero_context":  # 18, 19, 21, 22, 24-27
+    if "context_aware" in name and parsed.context_init == "gate_half_zero_context":  # 18, 19, 21, 22, 24-28
         # V = 0 and U = 0 in every contextualised layer: Q^ = (1 - lambda) Q, K^ = (1 - lambda) K at the
         # start, lambda = sigmoid(gate bias), 1/2 without one
         contextualizers = [layer.self_attn.contextualizer for layer in model.encoder.layers]
@@ -230,7 +243,8 @@ def test_config_builds(name):
         # 18's start with one part of what the context adds frozen: 21 freezes U (5 tensors), 22 V^H, V^C (6)
         gates = {n for n, _ in model.named_parameters() if n.endswith(("gate_input", "gate_context"))}
         projections = {n for n, _ in model.named_parameters() if n.endswith("_proj.weight") and ".contextualizer." in n}
-        assert len(gates) == 6 and len(projections) == 5
+        # 28: one (deep-global) projection per layer, no deep one
+        assert len(gates) == 6 and len(projections) == (3 if parsed.encoder_context == "deep_global" else 5)
         frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
         assert frozen == (projections if "gates_trained" in name else gates)
     if "no_gate" in name:
