@@ -15,6 +15,7 @@ Only the self-attention module changes:
 * The encoder / decoder layers only swap in that attention module; the encoder /
   decoder clear the history around each forward pass.
 """
+import logging
 import math
 from typing import Dict, List, Optional, Tuple
 
@@ -54,6 +55,8 @@ from fairseq_ctx.modules.context_aware_attention import (
     masked_mean,
     prefix_mean,
 )
+
+logger = logging.getLogger(__name__)
 
 _GLOBAL_TYPES = ("global", "deep_global", "deep_global+deep")
 _DEEP_TYPES = ("deep", "deep_global+deep")
@@ -403,6 +406,9 @@ class ContextAwareTransformerModel(TransformerModel):
     def build_model(cls, args, task):
         context_aware_base_architecture(args)  # fill options missing in older checkpoints
         validate_context_args(args)
+        inert = inert_key_context(args)
+        if inert:
+            logger.warning(inert)
         model = super().build_model(args, task)
         freeze_gates = args.freeze_context or args.freeze_context_gates
         freeze_projection = args.freeze_context or args.freeze_context_projection
@@ -453,6 +459,32 @@ class ContextAwareTransformerModel(TransformerModel):
                 row = {"layer": attention.layer_index, **stats.means(), "positions": stats.count}
                 result[side].append(row)
         return result
+
+
+def inert_key_context(args) -> Optional[str]:
+    """Why U_K's sentence-wide part will get no gradient in this run, or None.
+
+    In the encoder a global / deep-global context (Eq. 8, 10) is one vector c per sentence. Where
+    the key gate lambda_K cannot vary over the keys (no gate, footnote 1: lambda_K = 1; or gates
+    frozen at a V = 0 start: lambda_K = sigmoid(bias)), K^_j = (1 - lambda_K) K_j + lambda_K c U_K adds
+    the same vector to every key, so Q^_i . lambda_K c U_K is the same for every key of a query and
+    the softmax of Eq. 7 ignores it: that part of U_K is trained by nothing (its gradient is 0) but
+    still counts as a parameter. Legal (it is the equations), so a warning, not an error.
+    """
+    if args.encoder_context not in _GLOBAL_TYPES or args.context_apply not in ("key", "both"):
+        return None
+    if args.freeze_context or args.freeze_context_projection:
+        return None  # U is not trained anyway
+    if args.no_context_gate:
+        why = "--no-context-gate (lambda_K = 1)"
+    elif args.freeze_context_gates and args.context_init in GATE_HALF_INITS:
+        why = f"--freeze-context-gates with --context-init {args.context_init} (V = 0: lambda_K fixed)"
+    else:
+        return None
+    return (f"transformer_context_aware: with --encoder-context {args.encoder_context}, --context-apply "
+            f"{args.context_apply} and {why}, the encoder's sentence-wide context term C U_K is the same "
+            "vector for every key of a sentence, which the attention softmax ignores: the key rows of every "
+            "encoder layer's global_proj get no gradient (they count as parameters but train nothing)")
 
 
 def validate_context_args(args) -> None:
