@@ -25,6 +25,7 @@ from torch import Tensor
 
 from fairseq import utils
 from fairseq.distributed import fsdp_wrap
+from fairseq.distributed import utils as distributed_utils
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
@@ -296,6 +297,7 @@ class ContextAwareTransformerEncoder(TransformerEncoderBase):
             causal=False, side="encoder", init=cfg.context_init, gate_bias=cfg.context_gate_bias,
             context_dropout=cfg.context_dropout,
         )
+        self.inert_key_context_checked = False
 
     def build_encoder_layer(self, cfg):
         # stock build_encoder_layer with our layer class (checkpointing is rejected
@@ -304,6 +306,12 @@ class ContextAwareTransformerEncoder(TransformerEncoderBase):
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap)
 
     def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens: bool = False, token_embeddings=None):
+        if self.training and torch.is_grad_enabled() and not self.inert_key_context_checked:
+            # once, at the first training step (after a checkpoint's weights are loaded; not in generation)
+            self.inert_key_context_checked = True
+            inert = inert_key_context(self.layers)
+            if inert and distributed_utils.get_global_rank() == 0:
+                logger.warning(inert)
         self.context_history.clear()
         try:
             return super().forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
@@ -406,9 +414,6 @@ class ContextAwareTransformerModel(TransformerModel):
     def build_model(cls, args, task):
         context_aware_base_architecture(args)  # fill options missing in older checkpoints
         validate_context_args(args)
-        inert = inert_key_context(args)
-        if inert:
-            logger.warning(inert)
         model = super().build_model(args, task)
         freeze_gates = args.freeze_context or args.freeze_context_gates
         freeze_projection = args.freeze_context or args.freeze_context_projection
@@ -461,30 +466,50 @@ class ContextAwareTransformerModel(TransformerModel):
         return result
 
 
-def inert_key_context(args) -> Optional[str]:
-    """Why U_K's sentence-wide part will get no gradient in this run, or None.
+def _key_rows_inert(contextualizer) -> bool:
+    """Whether this encoder layer's sentence-wide key-side term is trained but ignored.
 
-    In the encoder a global / deep-global context (Eq. 8, 10) is one vector c per sentence. Where
-    the key gate lambda_K cannot vary over the keys (no gate, footnote 1: lambda_K = 1; or gates
-    frozen at a V = 0 start: lambda_K = sigmoid(bias)), K^_j = (1 - lambda_K) K_j + lambda_K c U_K adds
-    the same vector to every key, so Q^_i . lambda_K c U_K is the same for every key of a query and
-    the softmax of Eq. 7 ignores it: that part of U_K is trained by nothing (its gradient is 0) but
-    still counts as a parameter. Legal (it is the equations), so a warning, not an error.
+    An encoder global / deep-global context (Eq. 8, 10) is one vector c per sentence. Where the key
+    gate is fixed, K^_j = (1 - lambda_K) K_j + lambda_K c U_K (Eq. 5; K_j + c U_K without
+    the gate, footnote 1) adds the same vector to every key (plus, with deep context, a per-position
+    part), so Q^_i . lambda_K c U_K is the same for every key of a query and the softmax of Eq. 7 ignores
+    it: global_proj's key rows get no gradient (up to rounding) and do not affect the output. With the
+    gate lambda_K,j = sigmoid(K_j V^H_K + (C U_K)_j V^C_K + b) that needs V^H_K = 0 (else lambda_K varies
+    with K_j) and V^C_K = 0 (else c U_K reaches the logits through the gate's scaling of K_j), both
+    frozen. Context dropout on a C U with a deep part draws one mask per position, which makes the term
+    differ over the keys in training.
+    Read from the parameters (as built or loaded), not from the options.
     """
-    if args.encoder_context not in _GLOBAL_TYPES or args.context_apply not in ("key", "both"):
+    c = contextualizer
+    if c is None or "key" not in c.targets or c.global_proj is None or not c.global_proj.weight.requires_grad:
+        return False
+    if c.deep_proj is not None and c.context_dropout > 0:
+        return False
+    if not c.gated:
+        return True
+    k = c.targets.index("key")
+    return not any(v.requires_grad or bool(v[k].any()) for v in (c.gate_input, c.gate_context))
+
+
+def inert_key_context(encoder_layers) -> Optional[str]:
+    """A warning naming the encoder layers whose sentence-wide key-side term is trained but ignored
+    (``_key_rows_inert``), or None. Legal (the equations allow it), so a warning, not an error."""
+    contextualizers = [layer.self_attn.contextualizer for layer in encoder_layers]
+    inert = [(index, c) for index, c in enumerate(contextualizers, start=1) if _key_rows_inert(c)]
+    if not inert:
         return None
-    if args.freeze_context or args.freeze_context_projection:
-        return None  # U is not trained anyway
-    if args.no_context_gate:
-        why = "--no-context-gate (lambda_K = 1)"
-    elif args.freeze_context_gates and args.context_init in GATE_HALF_INITS:
-        why = f"--freeze-context-gates with --context-init {args.context_init} (V = 0: lambda_K fixed)"
-    else:
-        return None
-    return (f"transformer_context_aware: with --encoder-context {args.encoder_context}, --context-apply "
-            f"{args.context_apply} and {why}, the encoder's sentence-wide context term C U_K is the same "
-            "vector for every key of a sentence, which the attention softmax ignores: the key rows of every "
-            "encoder layer's global_proj get no gradient (they count as parameters but train nothing)")
+    size = sum(c.global_proj.weight.shape[1] * c.embed_dim for _, c in inert)
+    whole = all(c.targets == ("key",) and c.deep_proj is None for _, c in inert) and len(inert) == len(
+        [c for c in contextualizers if c is not None])
+    return ("transformer_context_aware: in encoder layer(s) " + ", ".join(str(i) for i, _ in inert)
+            + " the sentence-wide key-side context term (the key rows of global_proj, "
+            f"{size:,} parameters in all) adds the same vector to every key of a sentence, because the key gate "
+            "is fixed (no gate, or V^H_K = 0 and V^C_K = 0, both frozen): the attention softmax ignores it, so "
+            "those rows get no gradient (up to rounding) and do not affect the output"
+            + ("; with the context on the keys only, the encoder's context changes its attention by at most "
+               "the gates' fixed scaling of K (nothing without gates)" if whole else "")
+            + ". To train a key-side context term: trained gates, a start with V != 0, a deep context, or "
+              "--context-apply query")
 
 
 def validate_context_args(args) -> None:
