@@ -8,6 +8,8 @@ does with its trained context term, read from its checkpoints (post hoc, CPU):
 - per layer and target (Eq. 5, lambda = 1/2): rms(C U_t) / rms(t) over the valid set (t = Q, K;
   padding positions included), and for K the same for C U_K's part that varies over the positions
   of a sentence (only that part moves a query's softmax over keys);
+- where C U has a global and a deep projection (`deep_global+deep`): the valid loss with each of the
+  two set to 0 in every layer, and the spread of each one's product with the key side (C U_Q . K);
 - per encoder layer, for 25 as trained, with U set to 0, and for any other context-aware run (`24`):
   the spread of the attention logits over the keys and the attention entropy over the valid set
   (per head too), and for 25 as trained the spread of each of the four products Eq. 5 splits the
@@ -130,6 +132,17 @@ def _attention_statistics(task, model, max_tokens, with_term_sizes=True):
                     own = plain if weight is None else (1 - weight) * plain
                     ctx = None if weight is None else weight * context[t].expand_as(plain)
                     pieces[t] = (own, ctx)
+                if module.global_proj is not None and module.deep_proj is not None and "query" in context:
+                    # C U_Q as its two projections (Eq. 10's sentence-wide part, Eq. 9's per-position
+                    # part; summed in the layer): each one's product with the key side's own part
+                    right = pieces["key"][0]
+                    index = module.targets.index("query")
+                    for pname, proj, source in (("global", module.global_proj, global_context),
+                                                ("deep", module.deep_proj, deep_context)):
+                        term = proj(source).split(module.embed_dim, dim=-1)[index].expand_as(query)
+                        part = torch.matmul(split(lam["query"] * term) * attention.scaling, split(right).transpose(-1, -2))
+                        add(acc, f"spread CU_Q[{pname}].K", [float(spread(part)[0][queries].sum()),
+                                                             float(queries.sum())])
                 for qi, qname in enumerate(("Q", "CU_Q")):
                     for ki, kname in enumerate(("K", "CU_K")):
                         left, right = pieces["query"][qi], pieces["key"][ki]
@@ -206,6 +219,18 @@ def diagnose(checkpoint, data, max_tokens, train_batches, at_start=False):
     share, share_max, param_share = _gradient_share(task, model, criterion, max_tokens, train_batches,
                                                     seed=int(cfg.common.seed))
     out.update(gradient_share_mean=share, gradient_share_max=share_max, parameter_share=param_share)
+    if any(m.global_proj is not None and m.deep_proj is not None for m in contextualizers):
+        # the trained model with one of the two projections of C U set to 0 in every layer
+        for kind in ("global", "deep"):
+            projections = [getattr(m, f"{kind}_proj") for m in contextualizers if getattr(m, f"{kind}_proj") is not None]
+            kept = [proj.weight.detach().clone() for proj in projections]
+            with torch.no_grad():
+                for proj in projections:
+                    proj.weight.zero_()
+            out[f"valid_loss_u_{kind}_zeroed"] = _valid_loss(task, model, criterion, max_tokens)
+            with torch.no_grad():
+                for proj, weight in zip(projections, kept):
+                    proj.weight.copy_(weight)
     with torch.no_grad():
         for m in contextualizers:
             for p in m.projection_parameters():
