@@ -9,7 +9,10 @@ does with its trained context term, read from its checkpoints (post hoc, CPU):
   padding positions included), and for K the same for C U_K's part that varies over the positions
   of a sentence (only that part moves a query's softmax over keys);
 - where C U has a global and a deep projection (`deep_global+deep`): the valid loss with each of the
-  two set to 0 in every layer, and the spread of each one's product with the key side (C U_Q . K);
+  two set to 0 in every layer (its query and key rows; layer 1 has the global one only), and the
+  spread of each one's query-side product with the key side's own part, lambda_Q C U_Q . (1 - lambda_K) K
+  (the whole query-side term for query-only arms such as `26`; with both sides it leaves out
+  lambda_K C U_K);
 - per encoder layer, for 25 as trained, with U set to 0, and for any other context-aware run (`24`):
   the spread of the attention logits over the keys and the attention entropy over the valid set
   (per head too), and for 25 as trained the spread of each of the four products Eq. 5 splits the
