@@ -76,7 +76,7 @@ def test_the_rule_matches_the_gradients_layer_by_layer(context, apply_to, gate, 
                                     "--context-dropout", context_dropout, "--attention-dropout", attention_dropout))
     torch.manual_seed(0)  # fairseq seeds the global generator; the context dropout's stream reads it
     _randomise_trained_context(model)
-    predicted = [_key_rows_inert(layer.self_attn.contextualizer) for layer in model.encoder.layers]
+    predicted = [_key_rows_inert(layer.self_attn) for layer in model.encoder.layers]
     for inert, (key_rows, query_rows) in zip(predicted, _key_row_gradients(model)):
         assert (key_rows < 1e-12) == inert, (key_rows, inert)
         if query_rows is not None:
@@ -92,7 +92,24 @@ def test_decoder_context_is_per_position_and_never_flagged():
                                     decoder_context="global"))
     _randomise_trained_context(model)
     assert inert_key_context(model.encoder.layers) is None
+    assert not any(_key_rows_inert(layer.self_attn) for layer in model.decoder.layers)
     assert all(key_rows > 1e-6 for key_rows, _ in _key_row_gradients(model, "decoder"))
+
+
+@pytest.mark.parametrize("zero_side", ["key", "query"])
+def test_the_key_rows_of_v_decide_not_the_query_rows(zero_side):
+    # --context-apply both, gates frozen: V's key row zero (query row random) is inert; the reverse is live
+    model, _ = build_model(_options("--encoder-context", "global", "--context-apply", "both",
+                                    *GATES["V = 0 gates frozen"]))
+    _randomise_trained_context(model)
+    live_row = {"key": 0, "query": 1}[zero_side]  # rows: 0 query, 1 key
+    with torch.no_grad():
+        for layer in model.encoder.layers:
+            for v in (layer.self_attn.contextualizer.gate_input, layer.self_attn.contextualizer.gate_context):
+                v[live_row].normal_(0, 0.5)
+    expected = zero_side == "key"
+    assert [_key_rows_inert(layer.self_attn) for layer in model.encoder.layers] == [expected] * 3
+    assert [key_rows < 1e-12 for key_rows, _ in _key_row_gradients(model)] == [expected] * 3
 
 
 @pytest.mark.parametrize("freeze", [["--freeze-context"], ["--freeze-context-gates", "--freeze-context-projection"]])
@@ -124,8 +141,15 @@ def test_read_from_the_weights_not_the_options(loaded, expected):
     with torch.no_grad():
         for layer in model.encoder.layers:
             getattr(layer.self_attn.contextualizer, loaded).normal_(0, 0.5)
-    assert [_key_rows_inert(layer.self_attn.contextualizer) for layer in model.encoder.layers] == expected
+    assert [_key_rows_inert(layer.self_attn) for layer in model.encoder.layers] == expected
     assert [key_rows < 1e-12 for key_rows, _ in _key_row_gradients(model)] == expected
+
+
+def test_the_message_says_when_the_whole_encoder_context_does_nothing():
+    only_keys, _ = build_model(_options("--encoder-context", "global", "--context-apply", "key", "--no-context-gate"))
+    both, _ = build_model(_options("--encoder-context", "global", "--context-apply", "both", "--no-context-gate"))
+    assert "changes its attention by at most" in inert_key_context(only_keys.encoder.layers)
+    assert "changes its attention by at most" not in inert_key_context(both.encoder.layers)
 
 
 def _warnings(caplog):
@@ -152,3 +176,14 @@ def test_warned_once_at_the_first_training_step_and_not_in_evaluation(caplog):
     assert "encoder layer(s) 1, 2, 3" in warnings[0] and "key rows of global_proj" in warnings[0]
     # layer l's deep-global context is [c^1, ..., c^l]: d x (l d) key rows per layer
     assert f"{(1 + 2 + 3) * D * D:,} parameters" in warnings[0]
+
+
+def test_only_rank_0_warns(caplog, monkeypatch):
+    from fairseq.distributed import utils as distributed_utils
+    monkeypatch.setattr(distributed_utils, "get_global_rank", lambda: 1)
+    model, _ = build_model(_options("--encoder-context", "global", "--context-apply", "key", "--no-context-gate"))
+    src_tokens, src_lengths, prev, _ = random_batch(model, (7, 5, 3), (4, 6, 2))
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        model.train()
+        decoder_logits(model, src_tokens, src_lengths, prev)
+    assert _warnings(caplog) == []

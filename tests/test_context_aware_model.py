@@ -576,3 +576,29 @@ def test_context_stop_gradient_changes_only_the_gradients_below_the_context(side
     assert {n for n in grads[False] if n.startswith((*above, top))} <= same
     assert f"{side}.embed_tokens.weight" not in same
     assert all(f"{side}.layers.{i}.fc2.weight" not in same for i in range(layers - 1))
+
+
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_layerdrop_leaves_every_layer_contextualised_and_the_start_controlled(side):
+    # fairseq's LayerDropModuleList skips layers at random when iterated in training mode (the mode
+    # modules are built in): configuring or walking the stack must index it, not iterate it
+    from tests.test_controlled_start import build, compare
+    dims = ["--encoder-embed-dim", "16", "--encoder-ffn-embed-dim", "24", "--encoder-layers", "6",
+            "--encoder-attention-heads", "4", "--decoder-embed-dim", "16", "--decoder-ffn-embed-dim", "24",
+            "--decoder-layers", "6", "--decoder-attention-heads", "4", f"--{side}-layerdrop", "0.5"]
+    other = "decoder" if side == "encoder" else "encoder"
+    options = ["--arch", "transformer_context_aware", f"--{side}-context", "global", f"--{other}-context", "none",
+               "--context-apply", "key", "--no-context-gate", *dims]
+    model, _ = build_model(options)
+    stack = getattr(model, side)
+    assert all(stack.layers[i].self_attn.contextualizer is not None for i in range(6))
+    assert len(list(model._context_attentions())) == 6
+    model.train()
+    src_tokens, src_lengths, prev, _ = random_batch(model, (7, 5, 3), (4, 6, 2))
+    for _ in range(3):  # every layer (whichever are kept) can run
+        assert torch.isfinite(decoder_logits(model, src_tokens, src_lengths, prev)).all()
+    stock, stock_rng = build(["--arch", "transformer", *dims], seed=3)
+    arch, arch_rng = build(options, seed=3)
+    shared, identical, _ = compare(stock, arch)
+    assert shared and identical == shared
+    assert torch.equal(stock_rng, arch_rng)

@@ -272,6 +272,12 @@ class ContextAwareDecoderLayer(TransformerDecoderLayerBase):
         )
 
 
+def _every_layer(layers):
+    """All layers of a stack. Iterating fairseq's LayerDropModuleList in training mode (modules
+    are built in training mode) skips layers at random and draws from the global RNG: index it."""
+    return [layers[i] for i in range(len(layers))]
+
+
 def _configure_stack(
     layers, context_type: str, apply_to: str, gated: bool, causal: bool, side: str, init: str,
     gate_bias: Optional[float] = None, context_dropout: float = 0.0,
@@ -280,7 +286,7 @@ def _configure_stack(
     encoder / decoder is built; the contextualisers draw from their own streams, so the
     global RNG (and with it every stock parameter built later) is left as stock."""
     history = ContextHistory()
-    for index, layer in enumerate(layers, start=1):
+    for index, layer in enumerate(_every_layer(layers), start=1):
         name = f"{side}.layers.{index - 1}.self_attn"  # its state-dict path
         layer.self_attn.configure_context(
             index, context_type, apply_to, gated, history, causal, name=name, init=init, gate_bias=gate_bias,
@@ -440,7 +446,7 @@ class ContextAwareTransformerModel(TransformerModel):
 
     def _context_attentions(self):
         for side, stack in (("encoder", self.encoder), ("decoder", self.decoder)):
-            for layer in stack.layers:
+            for layer in _every_layer(stack.layers):
                 attention = layer.self_attn
                 if getattr(attention, "contextualizer", None) is not None:
                     yield side, attention
@@ -466,7 +472,7 @@ class ContextAwareTransformerModel(TransformerModel):
         return result
 
 
-def _key_rows_inert(contextualizer) -> bool:
+def _key_rows_inert(attention) -> bool:
     """Whether this encoder layer's sentence-wide key-side term is trained but ignored.
 
     An encoder global / deep-global context (Eq. 8, 10) is one vector c per sentence. Where the key
@@ -480,8 +486,10 @@ def _key_rows_inert(contextualizer) -> bool:
     differ over the keys in training.
     Read from the parameters (as built or loaded), not from the options.
     """
-    c = contextualizer
-    if c is None or "key" not in c.targets or c.global_proj is None or not c.global_proj.weight.requires_grad:
+    c = getattr(attention, "contextualizer", None)
+    if c is None or attention.causal:  # the decoder's global context is a prefix mean: one per key
+        return False
+    if "key" not in c.targets or c.global_proj is None or not c.global_proj.weight.requires_grad:
         return False
     if c.deep_proj is not None and c.context_dropout > 0:
         return False
@@ -494,8 +502,9 @@ def _key_rows_inert(contextualizer) -> bool:
 def inert_key_context(encoder_layers) -> Optional[str]:
     """A warning naming the encoder layers whose sentence-wide key-side term is trained but ignored
     (``_key_rows_inert``), or None. Legal (the equations allow it), so a warning, not an error."""
-    contextualizers = [layer.self_attn.contextualizer for layer in encoder_layers]
-    inert = [(index, c) for index, c in enumerate(contextualizers, start=1) if _key_rows_inert(c)]
+    attentions = [layer.self_attn for layer in _every_layer(encoder_layers)]
+    contextualizers = [getattr(a, "contextualizer", None) for a in attentions]
+    inert = [(index, a.contextualizer) for index, a in enumerate(attentions, start=1) if _key_rows_inert(a)]
     if not inert:
         return None
     size = sum(c.global_proj.weight.shape[1] * c.embed_dim for _, c in inert)
@@ -505,11 +514,12 @@ def inert_key_context(encoder_layers) -> Optional[str]:
             + " the sentence-wide key-side context term (the key rows of global_proj, "
             f"{size:,} parameters in all) adds the same vector to every key of a sentence, because the key gate "
             "is fixed (no gate, or V^H_K = 0 and V^C_K = 0, both frozen): the attention softmax ignores it, so "
-            "those rows get no gradient (up to rounding) and do not affect the output"
+            "those rows get no gradient beyond rounding noise (on which Adam and weight decay still move them) and do "
+            "not affect the output"
             + ("; with the context on the keys only, the encoder's context changes its attention by at most "
                "the gates' fixed scaling of K (nothing without gates)" if whole else "")
-            + ". To train a key-side context term: trained gates, a start with V != 0, a deep context, or "
-              "--context-apply query")
+            + ". To train a key-side context term: trained gates (or a start with V != 0), or a context "
+              "without the global part (--encoder-context deep); to carry no such rows: --context-apply query")
 
 
 def validate_context_args(args) -> None:
