@@ -491,12 +491,12 @@ def test_checkpoints_without_the_not_in_the_paper_options_build_the_paper_model(
 
     args = parse_train_args([*ARCH, *TINY])
     later = ("context_gate_bias", "context_dropout", "freeze_context", "freeze_context_gates",
-             "freeze_context_projection", "context_stop_gradient")
-    assert tuple(getattr(args, name) for name in later) == (None, 0.0, False, False, False, False)
+             "freeze_context_projection", "context_stop_gradient", "context_stop_key_gradient")
+    assert tuple(getattr(args, name) for name in later) == (None, 0.0, False, False, False, False, False)
     for name in later:
         delattr(args, name)
     context_aware_base_architecture(args)
-    assert tuple(getattr(args, name) for name in later) == (None, 0.0, False, False, False, False)
+    assert tuple(getattr(args, name) for name in later) == (None, 0.0, False, False, False, False, False)
 
 
 @pytest.mark.parametrize("freeze", [False, True])

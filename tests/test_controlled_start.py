@@ -259,7 +259,7 @@ OUR_FAMILIES = ("transformer_context_aware", "transformer_cross_agg", "transform
 MECHANISM_OPTIONS = {
     "--encoder-context", "--decoder-context", "--context-apply", "--no-context-gate", "--context-init",
     "--context-gate-bias", "--context-dropout", "--freeze-context", "--freeze-context-gates",
-    "--freeze-context-projection", "--context-stop-gradient",
+    "--freeze-context-projection", "--context-stop-gradient", "--context-stop-key-gradient",
     "--routing-side", "--routing-vertical", "--no-routing-vertical", "--routing-horizontal", "--no-routing-horizontal",
     "--routing-init", "--routing-iters", "--routing-ramp-updates", "--routing-stop-gradient",
     "--routing-stop-gradient-updates",

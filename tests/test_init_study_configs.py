@@ -98,6 +98,13 @@ ARMS = {
         "01-context_aware-glorot", "01-transformer_context_aware",
         ["--encoder-context", "deep_global", "--context-apply", "query", "--context-init", "gate_half_zero_context",
          "--freeze-context-gates"]),
+    # 28 with the term's direct gradient into U only: C a constant (as 25) and lambda C U_Q . K sending K
+    # no gradient; the forward is 28's. 29 - 28 is what the term's gradient into the stock parameters (the
+    # layers C is read from, W_K and the layer inputs through K) costs or gains; 29 - 24 what remains
+    "29-context_aware-query_only_deep_global_projection_trained_gradient_into_u_only": (
+        "01-context_aware-glorot", "01-transformer_context_aware",
+        ["--encoder-context", "deep_global", "--context-apply", "query", "--context-init", "gate_half_zero_context",
+         "--freeze-context-gates", "--context-stop-gradient", "--context-stop-key-gradient"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
@@ -239,6 +246,9 @@ def test_config_builds(name):
     if "context_aware" in name:
         assert all(layer.self_attn.contextualizer.stop_context_gradient == parsed.context_stop_gradient
                    for layer in model.encoder.layers if layer.self_attn.contextualizer is not None)
+        assert all(layer.self_attn.stop_key_gradient_of_context == parsed.context_stop_key_gradient
+                   for layer in model.encoder.layers)
+        assert parsed.context_stop_key_gradient == ("gradient_into_u_only" in name)
     if "gates_trained" in name or "projection_trained" in name:
         # 18's start with one part of what the context adds frozen: 21 freezes U (5 tensors), 22 V^H, V^C (6)
         gates = {n for n, _ in model.named_parameters() if n.endswith(("gate_input", "gate_context"))}

@@ -106,6 +106,9 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
                     context_dropout=context_dropout, dropout_stream=f"{name}.contextualizer",
                 )
         self.gate_statistics: Optional[GateStatistics] = None
+        # not in the paper (a diagnostic arm, --context-stop-key-gradient): the query-side term
+        # lambda C U_Q . K sends K no gradient; the forward is unchanged
+        self.stop_key_gradient_of_context = False
 
     # -- context (Eq. 8-10) ------------------------------------------------------
 
@@ -189,7 +192,14 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
         q = self.q_proj(query)
         k = self.k_proj(query)
         v = self.v_proj(query)
+        q_plain = q
         q, k, gates = self.contextualizer(q, k, global_context, deep_context)  # Eq. 5-6
+        added_query: Optional[Tensor] = None
+        if self.stop_key_gradient_of_context and torch.is_grad_enabled():
+            # not in the paper (a diagnostic arm): lambda C U_Q, the query-side term Eq. 5 adds (up to
+            # rounding, which reaches K's gradient only); its product with K is to send K no gradient
+            kept = q_plain if gates is None else q_plain * (1 - gates[..., :1]).to(q.dtype)
+            added_query = q - kept
         if gates is not None and self.gate_statistics is not None:
             self.gate_statistics.update(gates, key_padding_mask)
 
@@ -198,6 +208,8 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
             return t.view(-1, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
 
         q, k, v = heads(q), heads(k), heads(v)
+        if added_query is not None:
+            added_query = heads(added_query)
         if saved_state is not None:
             if "prev_key" in saved_state:
                 k = torch.cat([saved_state["prev_key"], k], dim=2)
@@ -223,6 +235,11 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
             pad = key_padding_mask.to(torch.bool).view(bsz, 1, 1, src_len)
             pad_mask = torch.zeros(pad.shape, dtype=q.dtype, device=q.device).masked_fill(pad, float("-inf"))
             mask = pad_mask if mask is None else mask + pad_mask
+        if added_query is not None:
+            # exactly 0 in the forward (k.detach() - k); in the backward it takes lambda C U_Q's share
+            # out of K's gradient (the logits' gradient flows into an additive mask as into the logits)
+            no_key_gradient = torch.matmul(added_query * self.scaling, (k.detach() - k).transpose(-1, -2))
+            mask = no_key_gradient if mask is None else mask + no_key_gradient
         dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
 
         weights: Optional[Tensor] = None
@@ -414,6 +431,12 @@ class ContextAwareTransformerModel(TransformerModel):
                                  'constant: U, V and every stock tensor are still trained, the layers below '
                                  'with what reaches them by the other paths; the forward is unchanged; with '
                                  'U = 0 that gradient is 0 anyway; pass it again when resuming)')
+        parser.add_argument('--context-stop-key-gradient', action='store_true',
+                            help='not in the paper (a diagnostic arm; --context-apply query only): the '
+                                 'query-side term of Eq. 5, lambda C U_Q, meets the keys as constants: its '
+                                 'product with K sends no gradient into K (W_K and the layer input through '
+                                 'it); the forward is unchanged. With --context-stop-gradient the term\'s '
+                                 'direct gradient reaches U (and the gates) only; pass it again when resuming')
         # fmt: on
 
     @classmethod
@@ -431,6 +454,7 @@ class ContextAwareTransformerModel(TransformerModel):
             for parameter in frozen:
                 parameter.requires_grad_(False)
             contextualizer.stop_context_gradient = args.context_stop_gradient
+            attention.stop_key_gradient_of_context = args.context_stop_key_gradient
         return model
 
     @classmethod
@@ -551,6 +575,10 @@ def validate_context_args(args) -> None:
     context_dropout = args.context_dropout
     if not (math.isfinite(context_dropout) and 0.0 <= context_dropout < 1.0):
         problems.append(f"--context-dropout must be in [0, 1), got {context_dropout!r}")
+    if args.context_stop_key_gradient and args.context_apply != "query":
+        problems.append(f"--context-stop-key-gradient takes the query-side term's gradient out of K, which needs "
+                        f"--context-apply query (got {args.context_apply}; with keys contextualised K^ itself "
+                        "carries a context term)")
     if problems:
         raise ValueError("transformer_context_aware: " + "; ".join(problems))
     if args.encoder_context == "none" and args.decoder_context == "none":
@@ -612,6 +640,7 @@ def context_aware_base_architecture(args):
     _set_default(args, "freeze_context_gates", False)
     _set_default(args, "freeze_context_projection", False)
     _set_default(args, "context_stop_gradient", False)
+    _set_default(args, "context_stop_key_gradient", False)
     base_architecture(args)
 
 

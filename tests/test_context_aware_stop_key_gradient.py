@@ -1,0 +1,135 @@
+"""--context-stop-key-gradient (init study arm 29, not in the paper): in Q^ K^T with
+Q^ = (1 - lambda) Q + lambda C U_Q (Eq. 5-6, --context-apply query) the added term lambda C U_Q meets
+the keys as constants, so K (W_K, the layer input through it) gets its gradient from (1 - lambda) Q
+only; the forward is unchanged. With --context-stop-gradient (C a constant) the term's direct
+gradient reaches U and the gates only.
+
+The reference is one encoder self-attention layer written from Eq. 5-8 in float64 (the layer-1
+context c^1 is the mean of the layer input over the sentence's tokens, Eq. 8; deep_global's
+layer 1 has no other part), against the module's outputs and every gradient, on both attention
+paths (fused and explicit weights)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.model_checks import build_model, decoder_logits, random_batch
+
+D, HEADS = 16, 4
+
+
+def _model(*extra):
+    model, _ = build_model([
+        "--arch", "transformer_context_aware", "--encoder-embed-dim", str(D), "--encoder-ffn-embed-dim", "24",
+        "--encoder-layers", "2", "--encoder-attention-heads", str(HEADS), "--decoder-embed-dim", str(D),
+        "--decoder-ffn-embed-dim", "24", "--decoder-layers", "2", "--decoder-attention-heads", str(HEADS),
+        "--encoder-context", "deep_global", "--decoder-context", "none", "--context-apply", "query",
+        "--dropout", "0", *extra], seed=2)
+    return model
+
+
+def _reference(attention, x, pad, stop_context, stop_key):
+    """Eq. 5-8 for one layer-1 encoder self-attention, queries contextualised; x: T x B x d, pad: B x T."""
+    T, B, d = x.shape
+    hd = d // HEADS
+    Q = F.linear(x, attention.q_proj.weight, attention.q_proj.bias)
+    K = F.linear(x, attention.k_proj.weight, attention.k_proj.bias)
+    V = F.linear(x, attention.v_proj.weight, attention.v_proj.bias)
+    keep = (~pad).t().unsqueeze(-1).to(x.dtype)  # T x B x 1
+    c = (x * keep).sum(0, keepdim=True) / keep.sum(0, keepdim=True)  # Eq. 8
+    if stop_context:
+        c = c.detach()
+    contextualizer = attention.contextualizer
+    cu = F.linear(c, contextualizer.global_proj.weight).expand(T, B, d)  # C U_Q (Eq. 5)
+    lam = torch.sigmoid(Q @ contextualizer.gate_input[0] + cu @ contextualizer.gate_context[0]).unsqueeze(-1)  # Eq. 6
+    plain, added = (1 - lam) * Q, lam * cu
+
+    def heads(t):
+        return t.reshape(T, B, HEADS, hd).permute(1, 2, 0, 3)
+
+    keys_for_added = K.detach() if stop_key else K
+    logits = (heads(plain) @ heads(K).transpose(-1, -2) + heads(added) @ heads(keys_for_added).transpose(-1, -2))
+    logits = logits / hd ** 0.5
+    logits = logits.masked_fill(pad[:, None, None, :], float("-inf"))
+    out = (logits.softmax(-1) @ heads(V)).permute(2, 0, 1, 3).reshape(T, B, d)  # Eq. 7
+    return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)
+
+
+GATES = {"gates frozen at 1/2": ["--context-init", "gate_half_zero_context", "--freeze-context-gates"],
+         "gates trained": ["--context-init", "glorot"]}
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("gates", list(GATES))
+@pytest.mark.parametrize("stop_context,stop_key", [(False, False), (False, True), (True, False), (True, True)])
+def test_the_layer_and_its_gradients_match_the_equations(stop_context, stop_key, gates, need_weights):
+    flags = (["--context-stop-gradient"] if stop_context else []) + (["--context-stop-key-gradient"] if stop_key else [])
+    model = _model(*GATES[gates], *flags).double().train()
+    attention = model.encoder.layers[0].self_attn
+    assert attention.stop_key_gradient_of_context == stop_key
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():  # a trained-looking U (and V): the term and its gradient are not 0
+        for parameter in attention.contextualizer.parameters():
+            if parameter.requires_grad:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=torch.float64) * 0.5)
+    T, B = 6, 3
+    x = torch.randn(T, B, D, generator=generator, dtype=torch.float64)
+    pad = torch.zeros(B, T, dtype=torch.bool)
+    pad[1, :2] = True  # left padding
+    pad[2, :4] = True
+    weight = torch.randn(T, B, D, generator=generator, dtype=torch.float64)
+    results = []
+    for compute in ("module", "reference"):
+        attention.zero_grad()
+        inp = x.clone().requires_grad_(True)
+        if compute == "module":
+            model.encoder.context_history.clear()
+            out, _ = attention(inp, inp, inp, key_padding_mask=pad, need_weights=need_weights)
+            model.encoder.context_history.clear()
+        else:
+            out = _reference(attention, inp, pad, stop_context, stop_key)
+        (out * weight).sum().backward()
+        grads = {n: p.grad.clone() for n, p in attention.named_parameters() if p.requires_grad}
+        results.append((out.detach(), inp.grad.clone(), grads))
+    (out, x_grad, grads), (ref_out, ref_x_grad, ref_grads) = results
+    # the explicit path takes fairseq's softmax, which computes in float32
+    out_tol, grad_tol = (1e-6, 1e-6) if need_weights else (1e-12, 1e-10)
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=out_tol)
+    torch.testing.assert_close(x_grad, ref_x_grad, rtol=0, atol=grad_tol)
+    assert grads.keys() == ref_grads.keys() and "k_proj.weight" in grads
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=0, atol=grad_tol, msg=name)
+    # the options matter at this size: the other reference (stop or not) is far from the module
+    if stop_key or stop_context:
+        attention.zero_grad()
+        inp = x.clone().requires_grad_(True)
+        (_reference(attention, inp, pad, False, False) * weight).sum().backward()
+        assert (inp.grad - x_grad).abs().max() > 1e-3
+
+
+def test_the_flag_changes_the_keys_gradient_and_not_the_model_s_function():
+    """Whole model, float32, train mode: the same logits at the same seed; W_K's gradient of the layers
+    with a query-side term differs (so the reference above is not passing on a term of 0)."""
+    logits, grads = {}, {}
+    for stop_key in (False, True):
+        model = _model("--context-init", "glorot", *(["--context-stop-key-gradient"] if stop_key else [])).train()
+        batch = random_batch(model, (7, 5, 3), (4, 6, 2))[:3]
+        out = decoder_logits(model, *batch)
+        out.log_softmax(-1)[..., 5].sum().backward()
+        logits[stop_key] = out.detach()
+        grads[stop_key] = {n: p.grad.clone() for n, p in model.named_parameters()}
+    torch.testing.assert_close(logits[True], logits[False], rtol=0, atol=1e-6)
+    for layer in range(2):
+        name = f"encoder.layers.{layer}.self_attn.k_proj.weight"
+        assert (grads[True][name] - grads[False][name]).abs().max() > 1e-4
+    top = "decoder.layers.1.fc2.weight"  # above the encoder: its gradient follows the forward alone
+    torch.testing.assert_close(grads[True][top], grads[False][top], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("apply_to", ["key", "both"])
+def test_it_needs_the_queries_alone_contextualised(apply_to):
+    with pytest.raises(ValueError, match="--context-stop-key-gradient takes the query-side term's gradient out of K, "
+                                         f"which needs --context-apply query \\(got {apply_to}"):
+        build_model(["--arch", "transformer_context_aware", "--encoder-embed-dim", str(D), "--encoder-ffn-embed-dim",
+                     "24", "--encoder-attention-heads", str(HEADS), "--decoder-embed-dim", str(D),
+                     "--decoder-ffn-embed-dim", "24", "--decoder-attention-heads", str(HEADS),
+                     "--context-apply", apply_to, "--context-stop-key-gradient"])
