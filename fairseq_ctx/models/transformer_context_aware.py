@@ -194,12 +194,12 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
         v = self.v_proj(query)
         q_plain = q
         q, k, gates = self.contextualizer(q, k, global_context, deep_context)  # Eq. 5-6
-        added_query: Optional[Tensor] = None
+        query_terms: Optional[Tuple[Tensor, Tensor]] = None
         if self.stop_key_gradient_of_context and torch.is_grad_enabled():
-            # not in the paper (a diagnostic arm): lambda C U_Q, the query-side term Eq. 5 adds (up to
-            # rounding, which reaches K's gradient only); its product with K is to send K no gradient
+            # not in the paper (a diagnostic arm): Q^ = (1 - lambda) Q + lambda C U_Q in its two terms,
+            # the second of which is to meet the keys as constants (below)
             kept = q_plain if gates is None else q_plain * (1 - gates[..., :1]).to(q.dtype)
-            added_query = q - kept
+            query_terms = (kept, q - kept)
         if gates is not None and self.gate_statistics is not None:
             self.gate_statistics.update(gates, key_padding_mask)
 
@@ -208,8 +208,6 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
             return t.view(-1, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
 
         q, k, v = heads(q), heads(k), heads(v)
-        if added_query is not None:
-            added_query = heads(added_query)
         if saved_state is not None:
             if "prev_key" in saved_state:
                 k = torch.cat([saved_state["prev_key"], k], dim=2)
@@ -226,6 +224,17 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
             saved_state["prev_key_padding_mask"] = key_padding_mask
             self._set_input_buffer(incremental_state, saved_state)
         src_len = k.size(2)
+        value_width = v.size(-1)
+        sdpa_scale: Optional[float] = None  # the default, 1 / sqrt(head_dim), = self.scaling
+        if query_terms is not None:
+            # [(1 - lambda) Q, lambda C U_Q] . [K, K detached] = Q^ . K, with no gradient from the second
+            # term into K; exact in the backward, no mask needing a gradient, so any fused kernel applies.
+            # V padded with zeros to the same width (fused kernels want one width); those output columns
+            # are 0 and dropped
+            q = torch.cat([heads(query_terms[0]), heads(query_terms[1])], dim=-1)
+            k = torch.cat([k, k.detach()], dim=-1)
+            v = torch.cat([v, torch.zeros_like(v)], dim=-1)
+            sdpa_scale = self.scaling
 
         # One additive mask B|1 x 1 x T x S from the (causal) attn_mask and padding.
         mask: Optional[Tensor] = None
@@ -235,11 +244,6 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
             pad = key_padding_mask.to(torch.bool).view(bsz, 1, 1, src_len)
             pad_mask = torch.zeros(pad.shape, dtype=q.dtype, device=q.device).masked_fill(pad, float("-inf"))
             mask = pad_mask if mask is None else mask + pad_mask
-        if added_query is not None:
-            # exactly 0 in the forward (k.detach() - k); in the backward it takes lambda C U_Q's share
-            # out of K's gradient (the logits' gradient flows into an additive mask as into the logits)
-            no_key_gradient = torch.matmul(added_query * self.scaling, (k.detach() - k).transpose(-1, -2))
-            mask = no_key_gradient if mask is None else mask + no_key_gradient
         dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
 
         weights: Optional[Tensor] = None
@@ -248,14 +252,15 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
             if mask is not None:
                 scores = scores + mask
             if before_softmax:
-                return scores.reshape(bsz * self.num_heads, tgt_len, src_len), v.reshape(
+                return scores.reshape(bsz * self.num_heads, tgt_len, src_len), v[..., :value_width].reshape(
                     bsz * self.num_heads, src_len, self.head_dim
                 )
             probs = utils.softmax(scores, dim=-1).type_as(scores)
             attn = torch.matmul(self.dropout_module(probs), v)
             weights = probs.transpose(0, 1) if need_head_weights else probs.mean(dim=1)
         else:
-            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=sdpa_scale)
+        attn = attn[..., :value_width]
         attn = attn.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
         return self.out_proj(attn), weights
 
@@ -435,8 +440,10 @@ class ContextAwareTransformerModel(TransformerModel):
                             help='not in the paper (a diagnostic arm; --context-apply query only): the '
                                  'query-side term of Eq. 5, lambda C U_Q, meets the keys as constants: its '
                                  'product with K sends no gradient into K (W_K and the layer input through '
-                                 'it); the forward is unchanged. With --context-stop-gradient the term\'s '
-                                 'direct gradient reaches U (and the gates) only; pass it again when resuming')
+                                 'it); the forward is unchanged up to rounding. With --context-stop-gradient '
+                                 'and gates that do not read Q (frozen with V^H = 0, or --no-context-gate) '
+                                 'the term\'s direct gradient reaches U only (trained gates pass it on to '
+                                 'W_Q through lambda); pass it again when resuming')
         # fmt: on
 
     @classmethod
