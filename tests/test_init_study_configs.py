@@ -105,6 +105,12 @@ ARMS = {
         "01-context_aware-glorot", "01-transformer_context_aware",
         ["--encoder-context", "deep_global", "--context-apply", "query", "--context-init", "gate_half_zero_context",
          "--freeze-context-gates", "--context-stop-gradient", "--context-stop-key-gradient"]),
+    # 28 with only the keys' share stopped (lambda C U_Q . K sends K no gradient; C's gradient kept): with
+    # 29, 30 - 28 is what the term's gradient into K costs or gains, 29 - 30 what its gradient through C does
+    "30-context_aware-query_only_deep_global_projection_trained_key_gradient_stopped": (
+        "01-context_aware-glorot", "01-transformer_context_aware",
+        ["--encoder-context", "deep_global", "--context-apply", "query", "--context-init", "gate_half_zero_context",
+         "--freeze-context-gates", "--context-stop-key-gradient"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
@@ -248,7 +254,8 @@ def test_config_builds(name):
                    for layer in model.encoder.layers if layer.self_attn.contextualizer is not None)
         assert all(layer.self_attn.stop_key_gradient_of_context == parsed.context_stop_key_gradient
                    for layer in model.encoder.layers)
-        assert parsed.context_stop_key_gradient == ("gradient_into_u_only" in name)
+        assert parsed.context_stop_key_gradient == ("gradient_into_u_only" in name or "key_gradient_stopped" in name)
+        assert parsed.context_stop_gradient == ("stop_gradient" in name or "gradient_into_u_only" in name)
     if "gates_trained" in name or "projection_trained" in name:
         # 18's start with one part of what the context adds frozen: 21 freezes U (5 tensors), 22 V^H, V^C (6)
         gates = {n for n, _ in model.named_parameters() if n.endswith(("gate_input", "gate_context"))}
