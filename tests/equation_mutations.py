@@ -161,7 +161,8 @@ MUTATIONS = {
             (
                 '(8) no attention dropout on the fused (training) path',
                 [
-                    (CONTEXT_AWARE, 'attn_mask=mask, dropout_p=dropout_p)', 'attn_mask=mask, dropout_p=0.0)'),
+                    (CONTEXT_AWARE, 'attn_mask=mask, dropout_p=dropout_p, scale=sdpa_scale)',
+                     'attn_mask=mask, dropout_p=0.0, scale=sdpa_scale)'),
                 ],
                 "tests/test_context_aware_model.py::test_attention_dropout_drops_the_contextualised_probabilities",
             ),
@@ -172,6 +173,13 @@ MUTATIONS = {
                      '            cfg.decoder.attention_heads,\n            dropout=0.0,'),
                 ],
                 "tests/test_context_aware_model.py::test_attention_dropout_reaches_every_contextualised_layer",
+            ),
+            (
+                '(10) --context-stop-key-gradient (not in the paper): the term still sends K its gradient',
+                [
+                    (CONTEXT_AWARE, '            k = torch.cat([k, k.detach()], dim=-1)', '            k = torch.cat([k, k], dim=-1)'),
+                ],
+                "tests/test_context_aware_stop_key_gradient.py::test_the_layer_and_its_gradients_match_the_equations",
             ),
         ],
     ),
