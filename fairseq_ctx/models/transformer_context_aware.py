@@ -107,7 +107,7 @@ class ContextAwareMultiheadAttention(MultiheadAttention):
                 )
         self.gate_statistics: Optional[GateStatistics] = None
         # not in the paper (a diagnostic arm, --context-stop-key-gradient): the query-side term
-        # lambda C U_Q . K sends K no gradient; the forward is unchanged
+        # lambda C U_Q . K sends K no gradient; the forward is unchanged up to rounding
         self.stop_key_gradient_of_context = False
 
     # -- context (Eq. 8-10) ------------------------------------------------------
