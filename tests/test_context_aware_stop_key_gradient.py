@@ -17,12 +17,12 @@ from tests.model_checks import build_model, decoder_logits, random_batch
 D, HEADS = 16, 4
 
 
-def _model(*extra):
+def _model(*extra, encoder_context="deep_global"):
     model, _ = build_model([
         "--arch", "transformer_context_aware", "--encoder-embed-dim", str(D), "--encoder-ffn-embed-dim", "24",
         "--encoder-layers", "2", "--encoder-attention-heads", str(HEADS), "--decoder-embed-dim", str(D),
         "--decoder-ffn-embed-dim", "24", "--decoder-layers", "2", "--decoder-attention-heads", str(HEADS),
-        "--encoder-context", "deep_global", "--decoder-context", "deep_global", "--context-apply", "query",
+        "--encoder-context", encoder_context, "--decoder-context", "deep_global", "--context-apply", "query",
         "--dropout", "0", *extra], seed=2)
     return model
 
@@ -32,10 +32,12 @@ def _mean_over_tokens(x, pad):
     return (x * keep).sum(0, keepdim=True) / keep.sum(0, keepdim=True)  # Eq. 8: 1 x B x d
 
 
-def _reference(attention, x, pad, causal, lower_contexts, stop_context, stop_key):
+def _reference(attention, x, pad, causal, lower_contexts, stop_context, stop_key, lower_inputs=None):
     """Eq. 5-8 / 10 for one self-attention layer with its queries contextualised by the deep-global
     context [c^1, ..., c^l] (``lower_contexts`` holds c^1 .. c^{l-1}); x: T x B x d, pad: B x T.
-    Causal (decoder, footnote 2): c^l at step i is the mean of positions <= i, keys j > i masked."""
+    Causal (decoder, footnote 2): c^l at step i is the mean of positions <= i, keys j > i masked.
+    ``lower_inputs`` (deep_global+deep): the per-position deep context [H^1, ..., H^{l-1}] (Eq. 9),
+    the inputs of the layers below, with its own projection, added to the deep-global one's."""
     T, B, d = x.shape
     hd = d // HEADS
     Q = F.linear(x, attention.q_proj.weight, attention.q_proj.bias)
@@ -50,6 +52,9 @@ def _reference(attention, x, pad, causal, lower_contexts, stop_context, stop_key
         c = c.detach()
     contextualizer = attention.contextualizer
     cu = F.linear(c, contextualizer.global_proj.weight).expand(T, B, d)  # C U_Q (Eq. 5)
+    if lower_inputs is not None:
+        deep = torch.cat(lower_inputs, dim=-1)
+        cu = cu + F.linear(deep.detach() if stop_context else deep, contextualizer.deep_proj.weight)
     if contextualizer.gated:  # Eq. 6
         lam = torch.sigmoid(Q @ contextualizer.gate_input[0] + cu @ contextualizer.gate_context[0]).unsqueeze(-1)
         plain, added = (1 - lam) * Q, lam * cu
@@ -72,8 +77,11 @@ def _reference(attention, x, pad, causal, lower_contexts, stop_context, stop_key
 GATES = {"gates frozen at 1/2": ["--context-init", "gate_half_zero_context", "--freeze-context-gates"],
          "gates trained": ["--context-init", "glorot"],
          "no gate": ["--no-context-gate"]}
-# (stack, layer index from 1): encoder layers 1 and 2 (c^1 from below), the decoder's (causal) layer 1
-WHERE = {"encoder layer 1": ("encoder", 1), "encoder layer 2": ("encoder", 2), "decoder layer 1": ("decoder", 1)}
+# (stack, layer index from 1, the encoder's context): encoder layers 1 and 2 (c^1 from below), layer 2 with
+# the per-position deep part added (arm 31's deep_global+deep), the decoder's (causal) layer 1
+WHERE = {"encoder layer 1": ("encoder", 1, "deep_global"), "encoder layer 2": ("encoder", 2, "deep_global"),
+         "encoder layer 2, deep_global+deep": ("encoder", 2, "deep_global+deep"),
+         "decoder layer 1": ("decoder", 1, "deep_global")}
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
@@ -82,8 +90,8 @@ WHERE = {"encoder layer 1": ("encoder", 1), "encoder layer 2": ("encoder", 2), "
 @pytest.mark.parametrize("stop_context,stop_key", [(False, False), (False, True), (True, False), (True, True)])
 def test_the_layer_and_its_gradients_match_the_equations(stop_context, stop_key, gates, where, need_weights):
     flags = (["--context-stop-gradient"] if stop_context else []) + (["--context-stop-key-gradient"] if stop_key else [])
-    model = _model(*GATES[gates], *flags).double().train()
-    side, layer = WHERE[where]
+    side, layer, encoder_context = WHERE[where]
+    model = _model(*GATES[gates], *flags, encoder_context=encoder_context).double().train()
     stack = getattr(model, side)
     attention = stack.layers[layer - 1].self_attn
     assert attention.stop_key_gradient_of_context == stop_key
@@ -101,6 +109,9 @@ def test_the_layer_and_its_gradients_match_the_equations(stop_context, stop_key,
         pad[1, :2] = True  # left padding
         pad[2, :4] = True
     lower = [_mean_over_tokens(below, pad)] if layer == 2 else []
+    lower_inputs = [below] if encoder_context == "deep_global+deep" else None
+    if lower_inputs is not None:
+        assert attention.contextualizer.deep_proj is not None
     attn_mask = torch.zeros(T, T, dtype=torch.float64).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1),
                                                                    float("-inf")) if causal else None
     weight = torch.randn(T, B, D, generator=generator, dtype=torch.float64)
@@ -117,7 +128,7 @@ def test_the_layer_and_its_gradients_match_the_equations(stop_context, stop_key,
                                attn_mask=attn_mask)
             stack.context_history.clear()
         else:
-            out = _reference(attention, inp, pad, causal, lower, stop_context, stop_key)
+            out = _reference(attention, inp, pad, causal, lower, stop_context, stop_key, lower_inputs)
         (out * weight).sum().backward()
         grads = {n: p.grad.clone() for n, p in attention.named_parameters() if p.requires_grad}
         results.append((out.detach(), inp.grad.clone(), grads))
@@ -133,7 +144,7 @@ def test_the_layer_and_its_gradients_match_the_equations(stop_context, stop_key,
     if stop_key or stop_context:
         attention.zero_grad()
         inp = x.clone().requires_grad_(True)
-        (_reference(attention, inp, pad, causal, lower, False, False) * weight).sum().backward()
+        (_reference(attention, inp, pad, causal, lower, False, False, lower_inputs) * weight).sum().backward()
         assert (inp.grad - x_grad).abs().max() > 1e-3
 
 
