@@ -7,7 +7,9 @@ that do not read Q (frozen with V^H = 0, or none) the term's direct gradient rea
 The reference is one self-attention layer written from Eq. 5-8 and 10 in float64 (c^l the mean of
 the layer input over the sentence's tokens, Eq. 8, or over the prefix in the decoder, footnote 2),
 against the module's outputs and every gradient, on both attention paths (fused and explicit
-weights); encoder layers 1 and 2 and the causal decoder layer 1; trained, frozen and no gates."""
+weights); encoder layers 1 and 2 (layer 2 also with deep_global+deep, whose per-position deep context
+[H^1] has its own projection, Eq. 9) and the causal decoder layer 1; trained, frozen and no gates; the
+gradient into layer 1's input (through c^1 and H^1) compared as well."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -108,10 +110,15 @@ def test_the_layer_and_its_gradients_match_the_equations(stop_context, stop_key,
     if not causal:
         pad[1, :2] = True  # left padding
         pad[2, :4] = True
-    lower = [_mean_over_tokens(below, pad)] if layer == 2 else []
-    lower_inputs = [below] if encoder_context == "deep_global+deep" else None
-    if lower_inputs is not None:
+    if encoder_context == "deep_global+deep":
         assert attention.contextualizer.deep_proj is not None
+
+    def context_from_below():
+        """c^1 (Eq. 8) and, with deep_global+deep, [H^1] (Eq. 9) from a fresh copy of layer 1's input
+        that records its gradient: the term's gradient through C into the layer below is compared too."""
+        source = below.clone().requires_grad_(True)
+        lower = [_mean_over_tokens(source, pad)] if layer == 2 else []
+        return source, lower, [source] if encoder_context == "deep_global+deep" else None
     attn_mask = torch.zeros(T, T, dtype=torch.float64).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1),
                                                                    float("-inf")) if causal else None
     weight = torch.randn(T, B, D, generator=generator, dtype=torch.float64)
@@ -119,10 +126,11 @@ def test_the_layer_and_its_gradients_match_the_equations(stop_context, stop_key,
     for compute in ("module", "reference"):
         attention.zero_grad()
         inp = x.clone().requires_grad_(True)
+        source, lower, lower_inputs = context_from_below()
         if compute == "module":
             stack.context_history.clear()
-            if layer == 2:  # what layer 1 leaves for the layers above it (Eq. 10)
-                stack.context_history.layer_inputs.append(below)
+            if layer == 2:  # what layer 1 leaves for the layers above it (Eq. 9-10)
+                stack.context_history.layer_inputs.append(source)
                 stack.context_history.global_contexts.append(lower[0])
             out, _ = attention(inp, inp, inp, key_padding_mask=None if causal else pad, need_weights=need_weights,
                                attn_mask=attn_mask)
@@ -131,6 +139,7 @@ def test_the_layer_and_its_gradients_match_the_equations(stop_context, stop_key,
             out = _reference(attention, inp, pad, causal, lower, stop_context, stop_key, lower_inputs)
         (out * weight).sum().backward()
         grads = {n: p.grad.clone() for n, p in attention.named_parameters() if p.requires_grad}
+        grads["(layer 1's input)"] = torch.zeros_like(below) if source.grad is None else source.grad.clone()
         results.append((out.detach(), inp.grad.clone(), grads))
     (out, x_grad, grads), (ref_out, ref_x_grad, ref_grads) = results
     # the explicit path takes fairseq's softmax, which computes in float32
@@ -140,21 +149,28 @@ def test_the_layer_and_its_gradients_match_the_equations(stop_context, stop_key,
     assert grads.keys() == ref_grads.keys() and "k_proj.weight" in grads
     for name in grads:
         torch.testing.assert_close(grads[name], ref_grads[name], rtol=0, atol=grad_tol, msg=name)
+    if layer == 2 and not stop_context:  # the term's gradient through C reaches the layer below
+        assert grads["(layer 1's input)"].abs().max() > 1e-3
     # the options matter at this size: the other reference (stop or not) is far from the module
     if stop_key or stop_context:
         attention.zero_grad()
         inp = x.clone().requires_grad_(True)
+        source, lower, lower_inputs = context_from_below()
         (_reference(attention, inp, pad, causal, lower, False, False, lower_inputs) * weight).sum().backward()
         assert (inp.grad - x_grad).abs().max() > 1e-3
+        if stop_context and layer == 2:
+            assert (source.grad - grads["(layer 1's input)"]).abs().max() > 1e-3
 
 
-def test_the_flag_changes_the_keys_gradient_and_not_the_model_s_function():
-    """Whole model, float32, train mode: the same logits at the same seed; W_K's gradient of the layers
-    with a query-side term differs (so the reference above is not passing on a term of 0)."""
+@pytest.mark.parametrize("encoder_context", ["deep_global", "deep_global+deep"])
+def test_the_flag_changes_the_keys_gradient_and_not_the_model_s_function(encoder_context):
+    """Whole model, float32, train mode (the split form runs): the same logits at the same seed; W_K's
+    gradient of the layers with a query-side term differs (so the reference above is not passing on a
+    term of 0); with deep_global+deep (arm 31) as with deep_global (arms 29-30)."""
     logits, grads = {}, {}
     for stop_key in (False, True):
         model = _model("--context-init", "glorot", "--decoder-context", "none",
-                       *(["--context-stop-key-gradient"] if stop_key else [])).train()
+                       *(["--context-stop-key-gradient"] if stop_key else []), encoder_context=encoder_context).train()
         batch = random_batch(model, (7, 5, 3), (4, 6, 2))[:3]
         out = decoder_logits(model, *batch)
         out.log_softmax(-1)[..., 5].sum().backward()

@@ -182,6 +182,28 @@ def test_arm_is_its_demo_row_plus_its_own_option(arm):
     assert all(arm_options[k] == v for k, v in dims.items())
 
 
+# arms built on another arm: (that arm, the one option this arm adds)
+DERIVED = {
+    "29-context_aware-query_only_deep_global_projection_trained_gradient_into_u_only": (
+        "28-context_aware-query_only_deep_global_projection_trained",
+        ["--context-stop-gradient", "--context-stop-key-gradient"]),
+    "30-context_aware-query_only_deep_global_projection_trained_key_gradient_stopped": (
+        "28-context_aware-query_only_deep_global_projection_trained", ["--context-stop-key-gradient"]),
+    "31-context_aware-query_only_projection_trained_key_gradient_stopped": (
+        "26-context_aware-query_only_projection_trained", ["--context-stop-key-gradient"]),
+    "32-context_aware-query_only_deep_global_projection_trained_context_stop_gradient": (
+        "28-context_aware-query_only_deep_global_projection_trained", ["--context-stop-gradient"]),
+}
+
+
+@pytest.mark.parametrize("arm", list(DERIVED))
+def test_arm_is_the_arm_it_builds_on_plus_its_own_options(arm):
+    study = configs()
+    parent, own = DERIVED[arm]
+    assert options(study[arm]) == {**options(study[parent]), **options(own)}
+    assert not set(options(own)) & set(options(study[parent]))
+
+
 @pytest.mark.parametrize("name", sorted(["00-transformer", *ARMS]))
 def test_config_builds(name):
     args = configs()[name]
@@ -217,7 +239,7 @@ def test_config_builds(name):
         rates = {layer.self_attn.contextualizer.context_dropout for layer in model.encoder.layers
                  if layer.self_attn.contextualizer is not None}
         assert rates == {parsed.context_dropout} and parsed.context_dropout > 0
-    if "context_aware" in name and parsed.context_init == "gate_half_zero_context":  # 18, 19, 21, 22, 24-28
+    if "context_aware" in name and parsed.context_init == "gate_half_zero_context":  # 18, 19, 21, 22, 24-32
         # V = 0 and U = 0 in every contextualised layer: Q^ = (1 - lambda) Q, K^ = (1 - lambda) K at the
         # start, lambda = sigmoid(gate bias), 1/2 without one
         contextualizers = [layer.self_attn.contextualizer for layer in model.encoder.layers]
