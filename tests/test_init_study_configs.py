@@ -111,18 +111,18 @@ ARMS = {
         "01-context_aware-glorot", "01-transformer_context_aware",
         ["--encoder-context", "deep_global", "--context-apply", "query", "--context-init", "gate_half_zero_context",
          "--freeze-context-gates", "--context-stop-key-gradient"]),
-    # 28 with the gradient through C stopped and the keys' share kept: the fourth cell of the 2 x 2 with 28,
-    # 29 and 30; 32 - 28 is what the term's gradient through C costs or gains with K's kept
-    "32-context_aware-query_only_deep_global_projection_trained_context_stop_gradient": (
-        "01-context_aware-glorot", "01-transformer_context_aware",
-        ["--encoder-context", "deep_global", "--context-apply", "query", "--context-init", "gate_half_zero_context",
-         "--freeze-context-gates", "--context-stop-gradient"]),
     # 26 (the whole query-side term: sentence-wide and per-position parts) with the keys' share stopped, as
     # 30 is for 28: 31 - 26 is what the query-side term's gradient into K costs or gains, 31 - 24 what remains
     "31-context_aware-query_only_projection_trained_key_gradient_stopped": (
         "01-context_aware-glorot", "01-transformer_context_aware",
         ["--context-apply", "query", "--context-init", "gate_half_zero_context", "--freeze-context-gates",
          "--context-stop-key-gradient"]),
+    # 28 with the gradient through C stopped and the keys' share kept: the fourth cell of the 2 x 2 with 28,
+    # 29 and 30; 32 - 28 is what the term's gradient through C costs or gains with K's kept
+    "32-context_aware-query_only_deep_global_projection_trained_context_stop_gradient": (
+        "01-context_aware-glorot", "01-transformer_context_aware",
+        ["--encoder-context", "deep_global", "--context-apply", "query", "--context-init", "gate_half_zero_context",
+         "--freeze-context-gates", "--context-stop-gradient"]),
     "05-cross_agg-paper": ("05-cross_agg-paper", "08-transformer_cross_agg", []),
     "06-cross_agg-ramp": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-ramp-updates", "200"]),
     "07-cross_agg-iters1": ("05-cross_agg-paper", "08-transformer_cross_agg", ["--routing-iters", "1"]),
