@@ -550,6 +550,18 @@ def _ci(st, nd=2):
     return f"{st['mean_diff']:+.{nd}f} [{st['ci_low']:+.{nd}f}, {st['ci_high']:+.{nd}f}]"
 
 
+def _detectable(st, nd=2):
+    """± the mean difference the seed-level t-test finds with 80 % power (its sd taken as true)."""
+    return "-" if st.get("detectable_80") is None else f"±{st['detectable_80']:.{nd}f}"
+
+
+DETECTABLE_NOTE = ("80 % power at: the |mean difference| a paired t-test over these seeds finds (two-sided p < 0.05) "
+                   "in 4 runs of 5, taking the observed sd of the per-seed differences as the true one "
+                   "(`seed_statistics.detectable_difference`): a difference inside it can go unseen, so 'not "
+                   "separated' does not mean 'about 0' below it. A planning figure: with 5 seeds the sd itself is "
+                   "uncertain by a factor 0.6-2.9.")
+
+
 def _p_wilcoxon(st):
     if st.get("p_wilcoxon") is None:
         return "-"
@@ -581,6 +593,7 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
         "baseline BLEU), paired by seed, with its 95 % t-distribution confidence interval; "
         "p t: paired t-test; p W: exact two-sided Wilcoxon signed-rank test; seeds + / -: "
         "seeds where the system scored higher / lower.",
+        f"- {DETECTABLE_NOTE}",
         "- p bootstrap: sacreBLEU paired bootstrap (1000 resamples) vs the baseline, per seed. It "
         "tests test-set sampling for fixed outputs, not seed-to-seed variance.",
         *(f"- imported from `{src}` (same settings, trained elsewhere or earlier): "
@@ -633,8 +646,8 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
           if meta.get("model_code_unrecorded") else []),
         "",
         "| config | baseline | BLEU per seed | mean | std | Δ mean vs baseline [95% CI] | p t | p W "
-        "| seeds + / - | p bootstrap per seed | sig. better / worse (bootstrap p<0.05) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| seeds + / - | p bootstrap per seed | sig. better / worse (bootstrap p<0.05) | 80 % power at |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     small_n = set()
     for name in sorted(summary):
@@ -654,6 +667,7 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
             (f"{c['significant_better']} / {c['significant_worse']}"
              + (f" of {len(c['bootstrap_seeds'])}" if len(c["bootstrap_seeds"]) < len(c["seeds"]) else ""))
             if c else "",
+            _detectable(st) if c else "",
         ]) + " |")
     for n, min_p in sorted(small_n):
         lines.append("")
@@ -1920,11 +1934,12 @@ def _seed_table(results, baselines, measured, columns, value, differences=None):
         common = [s for s in measured[name] if s in measured.get(base, [])] if base else []
         if not common:
             continue
-        cells = []
+        cells, detectable = [], []
         for i, (_, nd) in enumerate(columns):
             both = [s for s in common if value(name, s, i) is not None and value(base, s, i) is not None]
             if not both:
                 cells.append("-")
+                detectable.append("-")
                 continue
             d = seed_difference({s: value(name, s, i) for s in both}, {s: value(base, s, i) for s in both})
             if differences is not None:
@@ -1932,7 +1947,9 @@ def _seed_table(results, baselines, measured, columns, value, differences=None):
             up = sum(1 for x in d["diffs"] if x is not None and x > 0)
             down = sum(1 for x in d["diffs"] if x is not None and x < 0)
             cells.append(f"{_ci(d, nd)} ({up} / {down})")
+            detectable.append(_detectable(d, nd))
         lines.append(f"| Δ {name} | {base} | {', '.join(map(str, common))} | " + " | ".join(cells) + " |")
+        lines.append(f"| 80 % power at | {base} | {', '.join(map(str, common))} | " + " | ".join(detectable) + " |")
     return lines
 
 
@@ -1958,7 +1975,8 @@ def fit_markdown(results, baselines, seeds, updates):
              "criterion; loss: the criterion's (label-smoothed), NLL: without smoothing, per target token, base "
              "2; the training pairs fairseq-train left out, over the positions or --max-tokens, left out the "
              "same way and counted, every other sentence in it). Mean over the seeds measured (min-max). Δ rows: seed-paired mean difference system - "
-             "baseline over the seeds both have [95% t CI] (seeds higher / lower). Behind on valid and on the "
+             "baseline over the seeds both have [95% t CI] (seeds higher / lower); 80 % power at rows: the "
+             "|difference| that t-test finds with 80 % power (the note at the top). Behind on valid and on the "
              "training data: the system fits its training data worse (optimisation, capacity); level or ahead "
              "on the training data and behind on valid: it generalises worse. valid - train is the valid "
              "difference minus the train one on the same seeds, not a third measurement.", "",
@@ -2030,7 +2048,8 @@ def length_markdown(results, baselines, seeds):
                 f"; **runs scored with different chrF signatures**: {', '.join(signatures)}" if signatures else "")
              + "). Mean over the seeds with these "
              "figures (min-max); Δ rows: seed-paired mean difference system - baseline [95% t CI] (seeds "
-             "higher / lower). Runs imported from a report that predates these figures have none.", "",
+             "higher / lower); 80 % power at rows: the |difference| that t-test finds with 80 % power (the "
+             "note at the top). Runs imported from a report that predates these figures have none.", "",
              ]
     differences = {}
     lines += _seed_table(results, baselines, measured, [(title, nd) for title, _, nd in LENGTH_COLUMNS],

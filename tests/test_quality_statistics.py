@@ -33,7 +33,8 @@ from fairseq_ctx import quality_compare
 from fairseq_ctx.checkpoint_repair import stored_updates, written_to_the_end
 from fairseq_ctx.analysis.learning_curves import (
     checkpoint_at, checkpoints_by_update, parse_valid_log, plot_learning_curves)
-from fairseq_ctx.analysis.seed_statistics import curve_summary, seed_difference, wilcoxon_seeds_needed
+from fairseq_ctx.analysis.seed_statistics import (
+    curve_summary, detectable_difference, seed_difference, seeds_needed, wilcoxon_seeds_needed)
 from tests.conftest import TINY_TEST_SENTENCES
 
 
@@ -115,6 +116,56 @@ def test_three_seeds_closed_form():
     assert "cannot reach p < 0.05" in st["note"] and "needs 6" in st["note"]
     assert (st["better"], st["worse"], st["ties"]) == (3, 0, 0)
     json.dumps(st, allow_nan=False)
+
+
+def paired_t_power(difference, sd, n, crit, steps=4000):
+    """P(|T| > crit) for T = (Z + ncp) / sqrt(V / df), Z standard normal, V chi-square with
+    df = n - 1, ncp = difference sqrt(n) / sd: the paired t-test's power, integrated here over
+    u = sqrt(V) (Simpson's rule): P(T > crit | u) = Phi(ncp - crit u / sqrt(df)),
+    P(T < -crit | u) = Phi(-ncp - crit u / sqrt(df)); u's density is
+    2 u^(df-1) exp(-u^2 / 2) / (2^(df/2) Gamma(df/2))."""
+    df, ncp = n - 1, abs(difference) * math.sqrt(n) / sd
+    phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731
+    norm = 2 / (2 ** (df / 2) * math.gamma(df / 2))
+
+    def f(u):
+        return norm * u ** (df - 1) * math.exp(-u * u / 2) * (
+            phi(ncp - crit * u / math.sqrt(df)) + phi(-ncp - crit * u / math.sqrt(df)))
+
+    top = math.sqrt(df) + 12
+    h = top / steps
+    return h / 3 * (f(0.0) + f(top) + sum((4 if i % 2 else 2) * f(i * h) for i in range(1, steps)))
+
+
+T975_DF2 = 0.95 * math.sqrt(2 / (1 - 0.95 ** 2))  # closed form (test_three_seeds_closed_form)
+
+
+@pytest.mark.parametrize("n, sd", [(3, 0.02), (5, 0.004), (5, 1.0), (10, 0.3)])
+def test_the_detectable_difference_is_found_with_80_percent_power(n, sd):
+    """detectable_difference: the paired t-test over n seeds finds it in 4 runs of 5 (the power
+    integrated here, with the t quantile found here), and a difference 10 % smaller less often."""
+    crit = T975_DF2 if n == 3 else t_quantile(0.975, n - 1)
+    d = detectable_difference(sd, n)
+    assert paired_t_power(d, sd, n, crit) == pytest.approx(0.80, abs=1e-3)
+    assert paired_t_power(0.9 * d, sd, n, crit) < 0.75
+    # scale: in units of sd it depends on n only
+    assert d / sd == pytest.approx(detectable_difference(1.0, n), rel=1e-6)
+
+
+def test_seeds_needed_is_the_smallest_count_with_80_percent_power():
+    # the textbook counts for a paired t-test (two-sided 5 %, power 0.8): effect size 1 -> 10 pairs, 0.5 -> 34
+    for effect, want in ((1.0, 10), (0.5, 34)):
+        assert seeds_needed(effect * 0.01, 0.01) == want
+        below, at = (paired_t_power(effect, 1.0, m, t_quantile(0.975, m - 1)) for m in (want - 1, want))
+        assert below < 0.8 <= at
+    assert seeds_needed(0.0, 1.0) is None and seeds_needed(1e-3, 1.0, most=1000) is None
+
+
+def test_seed_difference_gives_the_detectable_difference_of_its_spread():
+    st = seed_difference({1: 3.0, 2: 4.0, 3: 6.0}, {1: 2.0, 2: 2.0, 3: 2.0})
+    assert paired_t_power(st["detectable_80"], math.sqrt(7 / 3), 3, T975_DF2) == pytest.approx(0.80, abs=1e-3)
+    assert seed_difference([1.0], [0.0])["detectable_80"] is None  # one seed
+    assert seed_difference([1.0, 1.0], [0.0, 0.0])["detectable_80"] is None  # no spread
 
 
 def test_six_seeds_integrated_t_and_enumerated_wilcoxon():
@@ -559,6 +610,8 @@ def test_end_to_end_seed_statistics_and_curves(qc, study):
     assert "| p t | p W | seeds + / - | p bootstrap per seed |" in md
     row = next(line for line in md.splitlines() if line.startswith("| 01-good | 00-transformer |"))
     assert "| 0.25 † |" in row and "| 3 / 0 |" in row
+    st = q["comparisons"]["01-good"]["seed_level"]
+    assert row.endswith(f"| ±{st['detectable_80']:.2f} |") and "80 % power at" in md
     assert "cannot reach p < 0.05" in md
     assert "## Learning curves" in md and "| config | baseline | 20 | 40 | 50 | 60 |" in md
     assert "| Δ 01-good | 00-transformer |" in md and "`curves.png`" in md
@@ -2270,6 +2323,12 @@ def test_train_loss_is_reported_beside_the_valid_loss_with_seed_level_difference
     valid_cell = "-0.100 (0 / 3)"  # no spread over the seeds: no interval
     assert (f"| Δ 01-good | 00-transformer | 1, 2, 3 | {train_cell} | {valid_cell} | {gap_cell} | {train_cell} | "
             f"{valid_cell} | {gap_cell} |") in section
+    # the difference each Δ's t-test finds with 80 % power (sd 0.02 over 3 seeds; none without spread)
+    power = next(line for line in section.splitlines() if line.startswith("| 80 % power at | 00-transformer | 1, 2, 3 |"))
+    cells = [c.strip() for c in power.split("|")[4:-1]]
+    assert [c == "-" for c in cells] == [False, True, False, False, True, False]
+    assert paired_t_power(float(cells[0].lstrip("±")), 0.02, 3, T975_DF2) == pytest.approx(0.80, abs=0.01)
+    assert len(set(cells[i] for i in (0, 2, 3, 5))) == 1
     assert "- pairs over the length limits left out: 00-transformer seed 1: 2 training / 0 valid;" in section
     assert q["meta"]["train_loss"] is True and "## Learning curves" not in md
     # measured once: a rerun neither trains nor measures again

@@ -15,6 +15,13 @@ mean of the per-seed differences
   0.0625 with 5; p < 0.05 needs at least 6 seeds. ``wilcoxon_min_p`` and
   ``wilcoxon_can_reach_alpha`` say so in the output.
 
+``detectable_difference`` turns the spread of the per-seed differences into the smallest true
+mean difference the paired t-test over these seeds would find (p < alpha) with 80 % probability,
+and ``seeds_needed`` into the seeds a given difference needs: the margin a reading of "about 0"
+should state, and how many seeds the next study needs. Both take the observed sd as the true
+one: a planning figure, itself uncertain (with 5 seeds the sd's 95 % interval runs from 0.6 to
+2.9 times the estimate).
+
 ``curve_summary`` aggregates per-seed curves (update count -> value) into mean, sample
 standard deviation and min-max at the update counts every seed has.
 
@@ -50,8 +57,10 @@ def seed_difference(system: Union[Mapping, Sequence[Number]], baseline: Union[Ma
     zero differences dropped, ties given mid-ranks), wilcoxon_n (non-zero differences),
     wilcoxon_min_p (2 / 2**wilcoxon_n, the smallest p the test can give),
     wilcoxon_can_reach_alpha, better / worse / ties (seed counts: a positive difference is
-    better when ``higher_is_better`` (BLEU), a negative one when not (a loss)), and a
-    ``note`` when a quantity is undefined.
+    better when ``higher_is_better`` (BLEU), a negative one when not (a loss)),
+    detectable_80 (``detectable_difference`` at these n seeds and sd_diff: the |mean
+    difference| this t-test finds with 80 % power; None without spread), and a ``note`` when
+    a quantity is undefined.
     """
     from scipy import stats
 
@@ -72,7 +81,7 @@ def seed_difference(system: Union[Mapping, Sequence[Number]], baseline: Union[Ma
         out = {"n": len(diffs), "diffs": diffs, "alpha": alpha, "confidence": 1 - alpha, "higher_is_better":
                higher_is_better, "note": f"non-finite score in {'seed' if seeds is not None else 'pair'}(s) "
                f"{', '.join(map(str, bad))} (a diverged training?): no statistics"}
-        out.update(dict.fromkeys(("mean_diff", "sd_diff", "se", "df", "t", "ci_low", "ci_high", "p_t",
+        out.update(dict.fromkeys(("mean_diff", "sd_diff", "se", "df", "t", "ci_low", "ci_high", "p_t", "detectable_80",
                                   "p_wilcoxon", "wilcoxon_n", "wilcoxon_min_p", "better", "worse", "ties"), None))
         out["wilcoxon_can_reach_alpha"] = False
         if seeds is not None:
@@ -82,7 +91,7 @@ def seed_difference(system: Union[Mapping, Sequence[Number]], baseline: Union[Ma
     out = {
         "n": n, "diffs": diffs, "alpha": alpha, "confidence": 1 - alpha,
         "mean_diff": None, "sd_diff": None, "se": None, "df": None, "t": None,
-        "ci_low": None, "ci_high": None, "p_t": None, "p_wilcoxon": None,
+        "ci_low": None, "ci_high": None, "p_t": None, "p_wilcoxon": None, "detectable_80": None,
         "wilcoxon_n": sum(1 for d in diffs if d != 0),
         "better": sum(1 for d in diffs if (d > 0 if higher_is_better else d < 0)),
         "worse": sum(1 for d in diffs if (d < 0 if higher_is_better else d > 0)),
@@ -112,6 +121,7 @@ def seed_difference(system: Union[Mapping, Sequence[Number]], baseline: Union[Ma
             t = mean / se
             out["t"] = t
             out["p_t"] = _finite(2 * stats.t.sf(abs(t), df))
+            out["detectable_80"] = detectable_difference(sd, n, alpha, 0.8)
         elif mean != 0:
             # zero variance (e.g. BLEU rounded to 2 decimals, few seeds): the t-test is
             # undefined, not certain
@@ -166,6 +176,58 @@ def wilcoxon_seeds_needed(alpha: float = 0.05) -> int:
     while 2.0 / 2 ** n >= alpha:
         n += 1
     return n
+
+
+def t_test_power(difference: float, sd: float, n: int, alpha: float = 0.05) -> float:
+    """Probability that the two-sided paired t-test over ``n`` seeds gives p < ``alpha`` when the
+    per-seed differences are normal with mean ``difference`` and standard deviation ``sd``: T is
+    noncentral t with n - 1 degrees of freedom and noncentrality difference * sqrt(n) / sd."""
+    from scipy import stats
+
+    if n < 2 or not sd > 0:
+        raise ValueError(f"power needs at least 2 seeds and a positive sd (n {n}, sd {sd})")
+    df, ncp = n - 1, abs(difference) * math.sqrt(n) / sd
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    # the wrong-sign rejections: P(T < -crit) <= P(T < 0) = Phi(-ncp); scipy's nct gives NaN for
+    # that tail at a large ncp, where it is below any figure this is read to
+    wrong_sign = stats.nct.cdf(-crit, df, ncp) if stats.norm.cdf(-ncp) > 1e-12 else 0.0
+    return float(stats.nct.sf(crit, df, ncp) + wrong_sign)
+
+
+def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> Optional[float]:
+    """The |true mean difference| at which the paired t-test over ``n`` seeds (differences of
+    standard deviation ``sd``) reaches p < ``alpha`` with probability ``power``; None for fewer
+    than 2 seeds or no spread."""
+    from scipy.optimize import brentq
+
+    if n < 2 or not (sd and sd > 0 and math.isfinite(sd)):
+        return None
+    high = sd
+    while t_test_power(high, sd, n, alpha) < power:
+        high *= 2
+    return float(brentq(lambda d: t_test_power(d, sd, n, alpha) - power, 0.0, high, xtol=sd * 1e-9))
+
+
+def seeds_needed(difference: float, sd: float, alpha: float = 0.05, power: float = 0.8,
+                 most: int = 10_000) -> Optional[int]:
+    """Smallest number of seeds whose paired t-test finds a true mean difference ``difference``
+    (differences of standard deviation ``sd``) with probability ``power``; None if not within
+    ``most`` seeds or the difference is 0."""
+    if not difference or not sd > 0:
+        return None
+
+    def enough(n):
+        return t_test_power(difference, sd, n, alpha) >= power
+
+    low, high = 1, 2  # the power grows with n: double until enough, then halve the gap
+    while not enough(high):
+        if high >= most:
+            return None
+        low, high = high, min(2 * high, most)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return high
 
 
 def curve_summary(per_seed: Mapping[object, Mapping[int, Number]]) -> Dict:

@@ -1,7 +1,8 @@
 """Seed-paired contrasts of the CPU 1,200-update context-aware arms, read from the reports'
 JSON (fairseq-ctx-quality-compare's records; the run directories need not exist): valid loss
 (exact eval-mode value at 1,200, the log's at 800), train-set loss (eval mode), test BLEU; mean
-[95% t CI over seeds], seeds + / -, paired-t p and Holm over the contrasts named with --holm.
+[95% t CI over seeds], seeds + / -, paired-t p and Holm over the contrasts named with --holm,
+and the |difference| that t-test finds with 80 % power at the observed sd (a planning figure).
 Post hoc summary; the reports are the record.
 
     python docs/results/ca-arms-1200-cpu/contrasts_from_reports.py REPORT.json [REPORT.json ...] \
@@ -12,6 +13,8 @@ import json
 import math
 
 from scipy import stats
+
+from fairseq_ctx.analysis.seed_statistics import detectable_difference
 
 
 def runs_of(reports):
@@ -47,7 +50,8 @@ def contrast(runs, terms, metric):
     sd = (sum((x - m) ** 2 for x in xs) / (n - 1)) ** 0.5
     h = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
     return {"mean": m, "low": m - h, "high": m + h, "p": stats.ttest_1samp(xs, 0).pvalue, "seeds": seeds,
-            "per_seed": xs, "plus": sum(x > 0 for x in xs), "minus": sum(x < 0 for x in xs)}
+            "per_seed": xs, "plus": sum(x > 0 for x in xs), "minus": sum(x < 0 for x in xs),
+            "detectable": detectable_difference(sd, n)}
 
 
 def parse(text):
@@ -84,6 +88,8 @@ def main():
                 continue
             digits = 2 if m == "bleu" else 4
             extra = f", Holm {holm[c]:.3f}" if m == "valid" and c in holm else ""
+            if r["detectable"] is not None:
+                extra += f"; 80% power at ±{r['detectable']:.{digits}f}"
             print(f"{c} {m}: {r['mean']:+.{digits}f} [{r['low']:+.{digits}f}, {r['high']:+.{digits}f}] "
                   f"({r['plus']} / {r['minus']}; p {r['p']:.3f}{extra}; seeds {r['seeds']}) per seed "
                   + " ".join(f"{x:+.{digits}f}" for x in r["per_seed"]))
