@@ -551,15 +551,24 @@ def _ci(st, nd=2):
 
 
 def _detectable(st, nd=2):
-    """± the mean difference the seed-level t-test finds with 80 % power (its sd taken as true)."""
-    return "-" if st.get("detectable_80") is None else f"±{st['detectable_80']:.{nd}f}"
+    """The |mean difference| the seed-level t-test finds with 80 % power (its sd taken as true)."""
+    return "-" if st.get("detectable_80") is None else f"{st['detectable_80']:.{nd}f}"
 
 
-DETECTABLE_NOTE = ("80 % power at: the |mean difference| a paired t-test over these seeds finds (two-sided p < 0.05) "
-                   "in 4 runs of 5, taking the observed sd of the per-seed differences as the true one "
-                   "(`seed_statistics.detectable_difference`): a difference inside it can go unseen, so 'not "
-                   "separated' does not mean 'about 0' below it. A planning figure: with 5 seeds the sd itself is "
-                   "uncertain by a factor 0.6-2.9.")
+def _detectable_note(n_seeds):
+    from fairseq_ctx.analysis.seed_statistics import sd_factor_interval
+
+    note = ("80 % power at: the true |mean difference| a paired t-test over these seeds finds (two-sided "
+            "p < 0.05) in 4 runs of 5, taking the observed sd of the per-seed differences as the true one "
+            "(`seed_statistics.detectable_difference`). A design figure for the next study, not a bound on the "
+            "difference observed (its CI is that): 'not separated' is not 'about 0'; about 0 within a margin "
+            "needs the 90 % CI inside it (two one-sided tests), and a margin narrower than this figure is "
+            "rarely met.")
+    if n_seeds >= 2:
+        low, high = sd_factor_interval(n_seeds)
+        note += (f" With {n_seeds} seeds the true sd is within {low:.2f}-{high:.2f} times the observed one (95 %), "
+                 "more often above it than below: the figure is optimistic more often than not.")
+    return note
 
 
 def _p_wilcoxon(st):
@@ -593,7 +602,7 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
         "baseline BLEU), paired by seed, with its 95 % t-distribution confidence interval; "
         "p t: paired t-test; p W: exact two-sided Wilcoxon signed-rank test; seeds + / -: "
         "seeds where the system scored higher / lower.",
-        f"- {DETECTABLE_NOTE}",
+        f"- {_detectable_note(len(meta['seeds']))}",
         "- p bootstrap: sacreBLEU paired bootstrap (1000 resamples) vs the baseline, per seed. It "
         "tests test-set sampling for fixed outputs, not seed-to-seed variance.",
         *(f"- imported from `{src}` (same settings, trained elsewhere or earlier): "
@@ -1949,7 +1958,7 @@ def _seed_table(results, baselines, measured, columns, value, differences=None):
             cells.append(f"{_ci(d, nd)} ({up} / {down})")
             detectable.append(_detectable(d, nd))
         lines.append(f"| Δ {name} | {base} | {', '.join(map(str, common))} | " + " | ".join(cells) + " |")
-        lines.append(f"| 80 % power at | {base} | {', '.join(map(str, common))} | " + " | ".join(detectable) + " |")
+        lines.append(f"| 80 % power, {name} | {base} | {', '.join(map(str, common))} | " + " | ".join(detectable) + " |")
     return lines
 
 
@@ -1975,8 +1984,8 @@ def fit_markdown(results, baselines, seeds, updates):
              "criterion; loss: the criterion's (label-smoothed), NLL: without smoothing, per target token, base "
              "2; the training pairs fairseq-train left out, over the positions or --max-tokens, left out the "
              "same way and counted, every other sentence in it). Mean over the seeds measured (min-max). Δ rows: seed-paired mean difference system - "
-             "baseline over the seeds both have [95% t CI] (seeds higher / lower); 80 % power at rows: the "
-             "|difference| that t-test finds with 80 % power (the note at the top). Behind on valid and on the "
+             "baseline over the seeds both have [95% t CI] (seeds higher / lower); 80 % power rows: the true "
+             "|difference| that t-test finds with 80 % power (a design figure, the note at the top). Behind on valid and on the "
              "training data: the system fits its training data worse (optimisation, capacity); level or ahead "
              "on the training data and behind on valid: it generalises worse. valid - train is the valid "
              "difference minus the train one on the same seeds, not a third measurement.", "",
@@ -2048,8 +2057,8 @@ def length_markdown(results, baselines, seeds):
                 f"; **runs scored with different chrF signatures**: {', '.join(signatures)}" if signatures else "")
              + "). Mean over the seeds with these "
              "figures (min-max); Δ rows: seed-paired mean difference system - baseline [95% t CI] (seeds "
-             "higher / lower); 80 % power at rows: the |difference| that t-test finds with 80 % power (the "
-             "note at the top). Runs imported from a report that predates these figures have none.", "",
+             "higher / lower); 80 % power rows: the true |difference| that t-test finds with 80 % power (a "
+             "design figure, the note at the top). Runs imported from a report that predates these figures have none.", "",
              ]
     differences = {}
     lines += _seed_table(results, baselines, measured, [(title, nd) for title, _, nd in LENGTH_COLUMNS],

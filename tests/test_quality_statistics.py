@@ -34,7 +34,7 @@ from fairseq_ctx.checkpoint_repair import stored_updates, written_to_the_end
 from fairseq_ctx.analysis.learning_curves import (
     checkpoint_at, checkpoints_by_update, parse_valid_log, plot_learning_curves)
 from fairseq_ctx.analysis.seed_statistics import (
-    curve_summary, detectable_difference, seed_difference, seeds_needed, wilcoxon_seeds_needed)
+    curve_summary, detectable_difference, sd_factor_interval, seed_difference, seeds_needed, wilcoxon_seeds_needed)
 from tests.conftest import TINY_TEST_SENTENCES
 
 
@@ -140,14 +140,15 @@ def paired_t_power(difference, sd, n, crit, steps=4000):
 T975_DF2 = 0.95 * math.sqrt(2 / (1 - 0.95 ** 2))  # closed form (test_three_seeds_closed_form)
 
 
-@pytest.mark.parametrize("n, sd", [(3, 0.02), (5, 0.004), (5, 1.0), (10, 0.3)])
+@pytest.mark.parametrize("n, sd", [(2, 1.0), (3, 0.02), (5, 0.004), (5, 1.0), (10, 0.3)])
 def test_the_detectable_difference_is_found_with_80_percent_power(n, sd):
     """detectable_difference: the paired t-test over n seeds finds it in 4 runs of 5 (the power
     integrated here, with the t quantile found here), and a difference 10 % smaller less often."""
-    crit = T975_DF2 if n == 3 else t_quantile(0.975, n - 1)
+    # t with 1 degree of freedom is Cauchy: P(|T| >= x) = 1 - 2 atan(x) / pi
+    crit = math.tan(0.975 * math.pi - math.pi / 2) if n == 2 else T975_DF2 if n == 3 else t_quantile(0.975, n - 1)
     d = detectable_difference(sd, n)
     assert paired_t_power(d, sd, n, crit) == pytest.approx(0.80, abs=1e-3)
-    assert paired_t_power(0.9 * d, sd, n, crit) < 0.75
+    assert paired_t_power(0.9 * d, sd, n, crit) < 0.78
     # scale: in units of sd it depends on n only
     assert d / sd == pytest.approx(detectable_difference(1.0, n), rel=1e-6)
 
@@ -159,6 +160,16 @@ def test_seeds_needed_is_the_smallest_count_with_80_percent_power():
         below, at = (paired_t_power(effect, 1.0, m, t_quantile(0.975, m - 1)) for m in (want - 1, want))
         assert below < 0.8 <= at
     assert seeds_needed(0.0, 1.0) is None and seeds_needed(1e-3, 1.0, most=1000) is None
+
+
+def test_the_sds_uncertainty_and_levels_that_make_no_sense():
+    # chi-square with 2 degrees of freedom: P(V <= x) = 1 - exp(-x / 2); true sd / sample sd = sqrt(2 / V)
+    low, high = sd_factor_interval(3)
+    assert low == pytest.approx(math.sqrt(1 / -math.log(0.025))) and high == pytest.approx(math.sqrt(1 / -math.log(0.975)))
+    for alpha, power in ((0.05, 0.05), (0.05, 0.01), (0.05, 1.0), (0.0, 0.8)):
+        with pytest.raises(ValueError, match="alpha < power < 1"):
+            detectable_difference(1.0, 5, alpha, power)
+    assert detectable_difference(1e-300, 5) == pytest.approx(1e-300 * detectable_difference(1.0, 5), rel=1e-9)
 
 
 def test_seed_difference_gives_the_detectable_difference_of_its_spread():
@@ -611,7 +622,8 @@ def test_end_to_end_seed_statistics_and_curves(qc, study):
     row = next(line for line in md.splitlines() if line.startswith("| 01-good | 00-transformer |"))
     assert "| 0.25 † |" in row and "| 3 / 0 |" in row
     st = q["comparisons"]["01-good"]["seed_level"]
-    assert row.endswith(f"| ±{st['detectable_80']:.2f} |") and "80 % power at" in md
+    assert row.endswith(f"| {st['detectable_80']:.2f} |") and "| 80 % power at |" in md
+    assert "With 3 seeds the true sd is within 0.52-6.28 times the observed one" in md
     assert "cannot reach p < 0.05" in md
     assert "## Learning curves" in md and "| config | baseline | 20 | 40 | 50 | 60 |" in md
     assert "| Δ 01-good | 00-transformer |" in md and "`curves.png`" in md
@@ -2324,10 +2336,10 @@ def test_train_loss_is_reported_beside_the_valid_loss_with_seed_level_difference
     assert (f"| Δ 01-good | 00-transformer | 1, 2, 3 | {train_cell} | {valid_cell} | {gap_cell} | {train_cell} | "
             f"{valid_cell} | {gap_cell} |") in section
     # the difference each Δ's t-test finds with 80 % power (sd 0.02 over 3 seeds; none without spread)
-    power = next(line for line in section.splitlines() if line.startswith("| 80 % power at | 00-transformer | 1, 2, 3 |"))
+    power = next(line for line in section.splitlines() if line.startswith("| 80 % power, 01-good | 00-transformer | 1, 2, 3 |"))
     cells = [c.strip() for c in power.split("|")[4:-1]]
     assert [c == "-" for c in cells] == [False, True, False, False, True, False]
-    assert paired_t_power(float(cells[0].lstrip("±")), 0.02, 3, T975_DF2) == pytest.approx(0.80, abs=0.01)
+    assert paired_t_power(float(cells[0]), 0.02, 3, T975_DF2) == pytest.approx(0.80, abs=0.01)
     assert len(set(cells[i] for i in (0, 2, 3, 5))) == 1
     assert "- pairs over the length limits left out: 00-transformer seed 1: 2 training / 0 valid;" in section
     assert q["meta"]["train_loss"] is True and "## Learning curves" not in md

@@ -15,12 +15,13 @@ mean of the per-seed differences
   0.0625 with 5; p < 0.05 needs at least 6 seeds. ``wilcoxon_min_p`` and
   ``wilcoxon_can_reach_alpha`` say so in the output.
 
-``detectable_difference`` turns the spread of the per-seed differences into the smallest true
-mean difference the paired t-test over these seeds would find (p < alpha) with 80 % probability,
-and ``seeds_needed`` into the seeds a given difference needs: the margin a reading of "about 0"
-should state, and how many seeds the next study needs. Both take the observed sd as the true
-one: a planning figure, itself uncertain (with 5 seeds the sd's 95 % interval runs from 0.6 to
-2.9 times the estimate).
+``detectable_difference`` turns the spread of the per-seed differences into the true mean
+difference the paired t-test over these seeds finds (p < alpha) with 80 % probability, and
+``seeds_needed`` into the seeds a given difference needs: design figures for the next study
+(how many seeds; how wide a margin a reading of "about 0" can hope to meet), not bounds on an
+observed difference (its CI is that; "about 0 within a margin" needs the 90 % CI inside the
+margin, two one-sided tests). Both take the observed sd as the true one, itself uncertain
+(``sd_factor_interval``: with 5 seeds the true sd is within 0.6-2.9 times the estimate).
 
 ``curve_summary`` aggregates per-seed curves (update count -> value) into mean, sample
 standard deviation and min-max at the update counts every seed has.
@@ -30,6 +31,7 @@ p-value with zero variance) are ``None``, never NaN. A non-finite score (a train
 diverged: fairseq logs ``loss inf`` / ``nan``) is not averaged away: the statistics it
 enters are ``None`` and a note / ``non_finite`` names the seed.
 """
+import functools
 import math
 import statistics
 from typing import Dict, Mapping, Optional, Sequence, Union
@@ -178,15 +180,24 @@ def wilcoxon_seeds_needed(alpha: float = 0.05) -> int:
     return n
 
 
+def _check_levels(alpha, power):
+    if not 0 < alpha < power < 1:
+        raise ValueError(f"need 0 < alpha < power < 1 (alpha {alpha}, power {power})")
+
+
 def t_test_power(difference: float, sd: float, n: int, alpha: float = 0.05) -> float:
     """Probability that the two-sided paired t-test over ``n`` seeds gives p < ``alpha`` when the
     per-seed differences are normal with mean ``difference`` and standard deviation ``sd``: T is
     noncentral t with n - 1 degrees of freedom and noncentrality difference * sqrt(n) / sd."""
-    from scipy import stats
-
     if n < 2 or not sd > 0:
         raise ValueError(f"power needs at least 2 seeds and a positive sd (n {n}, sd {sd})")
-    df, ncp = n - 1, abs(difference) * math.sqrt(n) / sd
+    return _power_in_sd_units(abs(difference) / sd, n, alpha)
+
+
+def _power_in_sd_units(effect, n, alpha):
+    from scipy import stats
+
+    df, ncp = n - 1, effect * math.sqrt(n)
     crit = stats.t.ppf(1 - alpha / 2, df)
     # the wrong-sign rejections: P(T < -crit) <= P(T < 0) = Phi(-ncp); scipy's nct gives NaN for
     # that tail at a large ncp, where it is below any figure this is read to
@@ -194,25 +205,46 @@ def t_test_power(difference: float, sd: float, n: int, alpha: float = 0.05) -> f
     return float(stats.nct.sf(crit, df, ncp) + wrong_sign)
 
 
-def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> Optional[float]:
-    """The |true mean difference| at which the paired t-test over ``n`` seeds (differences of
-    standard deviation ``sd``) reaches p < ``alpha`` with probability ``power``; None for fewer
-    than 2 seeds or no spread."""
+@functools.lru_cache(maxsize=256)
+def _detectable_effect(n, alpha, power):
+    """detectable_difference in units of the sd (it scales with the sd)."""
     from scipy.optimize import brentq
 
+    high = 1.0
+    while _power_in_sd_units(high, n, alpha) < power:
+        high *= 2
+    return float(brentq(lambda e: _power_in_sd_units(e, n, alpha) - power, 0.0, high, xtol=1e-10))
+
+
+def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> Optional[float]:
+    """The |true mean difference| at which the paired t-test over ``n`` seeds (differences of
+    standard deviation ``sd``) reaches p < ``alpha`` with probability ``power`` (a design figure:
+    a true difference this large is missed 1 - power of the time; not a bound on the difference
+    observed, which is the CI's); None for fewer than 2 seeds or no spread."""
+    _check_levels(alpha, power)
     if n < 2 or not (sd and sd > 0 and math.isfinite(sd)):
         return None
-    high = sd
-    while t_test_power(high, sd, n, alpha) < power:
-        high *= 2
-    return float(brentq(lambda d: t_test_power(d, sd, n, alpha) - power, 0.0, high, xtol=sd * 1e-9))
+    return sd * _detectable_effect(int(n), float(alpha), float(power))
+
+
+def sd_factor_interval(n: int, confidence: float = 0.95):
+    """(low, high): the true sd lies within (low x, high x) the sample sd of ``n`` normal values
+    with probability ``confidence`` (chi-square with n - 1 degrees of freedom): how uncertain an
+    sd plugged into ``detectable_difference`` / ``seeds_needed`` is. Skewed: the sample sd is
+    below the true one more often than not, so plugged-in figures are optimistic more often."""
+    from scipy import stats
+
+    df, tail = n - 1, (1 - confidence) / 2
+    return math.sqrt(df / stats.chi2.ppf(1 - tail, df)), math.sqrt(df / stats.chi2.ppf(tail, df))
 
 
 def seeds_needed(difference: float, sd: float, alpha: float = 0.05, power: float = 0.8,
                  most: int = 10_000) -> Optional[int]:
     """Smallest number of seeds whose paired t-test finds a true mean difference ``difference``
     (differences of standard deviation ``sd``) with probability ``power``; None if not within
-    ``most`` seeds or the difference is 0."""
+    ``most`` seeds or the difference is 0. For planning, pass an upper confidence limit of the sd
+    (``sd_factor_interval``), not the estimate alone."""
+    _check_levels(alpha, power)
     if not difference or not sd > 0:
         return None
 

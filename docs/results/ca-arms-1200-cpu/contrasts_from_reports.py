@@ -2,7 +2,8 @@
 JSON (fairseq-ctx-quality-compare's records; the run directories need not exist): valid loss
 (exact eval-mode value at 1,200, the log's at 800), train-set loss (eval mode), test BLEU; mean
 [95% t CI over seeds], seeds + / -, paired-t p and Holm over the contrasts named with --holm,
-and the |difference| that t-test finds with 80 % power at the observed sd (a planning figure).
+and the true |difference| that t-test finds with 80 % power at the observed sd, unadjusted (a
+design figure for the next study, not a bound: the CI is).
 Post hoc summary; the reports are the record.
 
     python docs/results/ca-arms-1200-cpu/contrasts_from_reports.py REPORT.json [REPORT.json ...] \
@@ -11,10 +12,12 @@ Post hoc summary; the reports are the record.
 import argparse
 import json
 import math
+import os
 
 from scipy import stats
 
-from fairseq_ctx.analysis.seed_statistics import detectable_difference
+os.environ.setdefault("FAIRSEQ_CTX_NO_MODELS", "1")  # statistics only: no fairseq, no torch
+from fairseq_ctx.analysis.seed_statistics import detectable_difference  # noqa: E402
 
 
 def runs_of(reports):
@@ -89,7 +92,7 @@ def main():
             digits = 2 if m == "bleu" else 4
             extra = f", Holm {holm[c]:.3f}" if m == "valid" and c in holm else ""
             if r["detectable"] is not None:
-                extra += f"; 80% power at ±{r['detectable']:.{digits}f}"
+                extra += f"; 80% power at {r['detectable']:.{digits}f} unadjusted"
             print(f"{c} {m}: {r['mean']:+.{digits}f} [{r['low']:+.{digits}f}, {r['high']:+.{digits}f}] "
                   f"({r['plus']} / {r['minus']}; p {r['p']:.3f}{extra}; seeds {r['seeds']}) per seed "
                   + " ".join(f"{x:+.{digits}f}" for x in r["per_seed"]))
