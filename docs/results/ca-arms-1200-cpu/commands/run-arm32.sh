@@ -1,7 +1,8 @@
 #!/bin/bash
 # arm 32 (28 with the sentence-wide query-side term's gradient through C stopped, its gradient into K kept:
 # the fourth cell of the 2 x 2 with 28, 29 and 30; the forward is 28's, on 28's attention path) seeds 1-5,
-# paired with 28 and 24; 00, 24, 26 and 28 imported from the 28 report (same CPU type, AMD EPYC); 29 and 30
+# paired with 28 and 24; 00, 24 and 28 imported from the 28 report (same CPU type, AMD EPYC; this comment said
+# "00, 24, 26 and 28" while it ran, corrected afterwards, the commands unchanged); 29 and 30
 # combined from their reports in contrasts_from_reports.py. Niced: arm 31 was training when it started
 cd /work/main
 export PATH=/work/main/.venv/bin:$PATH
