@@ -34,7 +34,8 @@ from fairseq_ctx.checkpoint_repair import stored_updates, written_to_the_end
 from fairseq_ctx.analysis.learning_curves import (
     checkpoint_at, checkpoints_by_update, parse_valid_log, plot_learning_curves)
 from fairseq_ctx.analysis.seed_statistics import (
-    curve_summary, detectable_difference, sd_factor_interval, seed_difference, seeds_needed, wilcoxon_seeds_needed)
+    curve_summary, detectable_difference, equivalence_test, sd_factor_interval, seed_difference, seeds_needed,
+    wilcoxon_seeds_needed)
 from tests.conftest import TINY_TEST_SENTENCES
 
 
@@ -170,6 +171,27 @@ def test_the_sds_uncertainty_and_levels_that_make_no_sense():
         with pytest.raises(ValueError, match="alpha < power < 1"):
             detectable_difference(1.0, 5, alpha, power)
     assert detectable_difference(1e-300, 5) == pytest.approx(1e-300 * detectable_difference(1.0, 5), rel=1e-9)
+
+
+def test_equivalence_within_a_margin_by_two_one_sided_t_tests_closed_form():
+    """TOST on differences 1, 2, 4 (df = 2, where P(T <= t) = 1/2 + t / (2 sqrt(2 + t^2))): p is the
+    larger one-sided p, and equivalence is the 90 % interval inside the margin."""
+    cdf = lambda t: 0.5 + t / (2 * math.sqrt(2 + t * t))  # noqa: E731
+    mean, se = 7 / 3, math.sqrt(7) / 3
+    e = equivalence_test([1.0, 2.0, 4.0], 20.0)
+    assert e["p"] == pytest.approx(max(1 - cdf((mean + 20) / se), cdf((mean - 20) / se)))
+    q90 = 0.9 * math.sqrt(2 / (1 - 0.81))  # P(|T| <= q) = 0.9 for df = 2
+    assert (e["ci_low"], e["ci_high"]) == (pytest.approx(mean - q90 * se), pytest.approx(mean + q90 * se))
+    edge = max(abs(e["ci_low"]), abs(e["ci_high"]))
+    assert equivalence_test([1.0, 2.0, 4.0], edge * 1.001)["equivalent"] is True
+    assert equivalence_test([1.0, 2.0, 4.0], edge * 0.999)["equivalent"] is False
+    assert equivalence_test([1.0, 2.0, 4.0], edge)["p"] == pytest.approx(0.05)
+    # "not separated" is not "equivalent": the t-test and TOST can both fail
+    assert seed_difference([1.0, 2.0, 4.0], [0.0, 0.0, 0.0])["p_t"] > 0.05 and not equivalence_test([1.0, 2.0, 4.0], 3.0)["equivalent"]
+    assert equivalence_test([0.5, 0.5], 1.0) == {"n": 2, "margin": 1.0, "alpha": 0.05, "p": None, "ci_low": None,
+                                                 "ci_high": None, "equivalent": True}  # no spread
+    with pytest.raises(ValueError, match="margin must be positive"):
+        equivalence_test([1.0, 2.0], 0.0)
 
 
 def test_seed_difference_gives_the_detectable_difference_of_its_spread():

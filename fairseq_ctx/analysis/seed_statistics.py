@@ -20,8 +20,9 @@ difference the paired t-test over these seeds finds (p < alpha) with 80 % probab
 ``seeds_needed`` into the seeds a given difference needs: design figures for the next study
 (how many seeds; how wide a margin a reading of "about 0" can hope to meet), not bounds on an
 observed difference (its CI is that; "about 0 within a margin" needs the 90 % CI inside the
-margin, two one-sided tests). Both take the observed sd as the true one, itself uncertain
-(``sd_factor_interval``: with 5 seeds the true sd is within 0.6-2.9 times the estimate).
+margin: ``equivalence_test``, two one-sided tests). Both take the observed sd as the true one,
+itself uncertain (``sd_factor_interval``: with 5 seeds the true sd is within 0.6-2.9 times the
+estimate).
 
 ``curve_summary`` aggregates per-seed curves (update count -> value) into mean, sample
 standard deviation and min-max at the update counts every seed has.
@@ -260,6 +261,35 @@ def seeds_needed(difference: float, sd: float, alpha: float = 0.05, power: float
         mid = (low + high) // 2
         low, high = (low, mid) if enough(mid) else (mid, high)
     return high
+
+
+def equivalence_test(diffs: Sequence[Number], margin: float, alpha: float = 0.05) -> Dict:
+    """Two one-sided t-tests (TOST) that the mean of the per-seed differences ``diffs`` lies within
+    (-margin, +margin): the reading "about 0 within a margin", which "not separated" is not.
+    p = the larger of P(T >= (mean + margin) / se) and P(T <= (mean - margin) / se) (T: t with
+    n - 1 degrees of freedom); equivalent when p < alpha, which is the (1 - 2 alpha) t interval
+    lying inside the margin (returned as ci_low / ci_high: the 90 % interval at alpha 0.05).
+    The margin must be set before the result is seen."""
+    from scipy import stats
+
+    if not margin > 0:
+        raise ValueError(f"the margin must be positive (got {margin})")
+    xs = [float(d) for d in diffs]
+    n = len(xs)
+    out = {"n": n, "margin": margin, "alpha": alpha, "p": None, "ci_low": None, "ci_high": None,
+           "equivalent": None}
+    if n < 2 or not all(math.isfinite(x) for x in xs):
+        return out
+    mean, se = statistics.fmean(xs), statistics.stdev(xs) / math.sqrt(n)
+    if se == 0:  # no spread: inside or outside, without a test
+        out["equivalent"] = abs(mean) < margin
+        return out
+    df = n - 1
+    half = stats.t.ppf(1 - alpha, df) * se
+    out.update(ci_low=mean - half, ci_high=mean + half,
+               p=float(max(stats.t.sf((mean + margin) / se, df), stats.t.cdf((mean - margin) / se, df))))
+    out["equivalent"] = out["p"] < alpha
+    return out
 
 
 def curve_summary(per_seed: Mapping[object, Mapping[int, Number]]) -> Dict:

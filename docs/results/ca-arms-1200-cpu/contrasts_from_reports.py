@@ -3,7 +3,8 @@ JSON (fairseq-ctx-quality-compare's records; the run directories need not exist)
 (exact eval-mode value at 1,200, the log's at 800), train-set loss (eval mode), test BLEU; mean
 [95% t CI over seeds], seeds + / -, paired-t p and Holm over the contrasts named with --holm,
 and the true |difference| that t-test finds with 80 % power at the observed sd, unadjusted (a
-design figure for the next study, not a bound: the CI is).
+design figure for the next study, not a bound: the CI is); with --margin, the equivalence test of a
+contrast within a margin set beforehand (two one-sided t-tests).
 Post hoc summary; the reports are the record.
 
     python docs/results/ca-arms-1200-cpu/contrasts_from_reports.py REPORT.json [REPORT.json ...] \
@@ -17,7 +18,7 @@ import os
 from scipy import stats
 
 os.environ.setdefault("FAIRSEQ_CTX_NO_MODELS", "1")  # statistics only: no fairseq, no torch
-from fairseq_ctx.analysis.seed_statistics import detectable_difference  # noqa: E402
+from fairseq_ctx.analysis.seed_statistics import detectable_difference, equivalence_test  # noqa: E402
 
 
 def runs_of(reports):
@@ -75,6 +76,9 @@ def main():
     parser.add_argument("reports", nargs="+")
     parser.add_argument("--contrast", action="append", required=True)
     parser.add_argument("--holm", default="", help="contrasts (comma-separated) Holm-corrected together, valid at 1,200")
+    parser.add_argument("--margin", action="append", default=[], metavar="CONTRAST=DELTA",
+                        help="equivalence (two one-sided t-tests) of CONTRAST's valid loss at 1,200 within "
+                             "+-DELTA, a margin set before the result was seen; repeatable")
     args = parser.parse_args()
     runs = runs_of(args.reports)
     results = {c: {m: contrast(runs, parse(c), m) for m in ("valid", "valid800", "train", "bleu")} for c in args.contrast}
@@ -84,6 +88,12 @@ def main():
     for i, c in enumerate(ordered):
         running = max(running, min(1.0, (len(ordered) - i) * results[c]["valid"]["p"]))
         holm[c] = running
+    margins = {}
+    for item in args.margin:
+        name, _, delta = item.partition("=")
+        if name not in results:
+            parser.error(f"--margin {item}: {name} is not one of the --contrast")
+        margins[name] = float(delta)
     for c in args.contrast:
         for m, r in results[c].items():
             if r is None:
@@ -96,6 +106,10 @@ def main():
             print(f"{c} {m}: {r['mean']:+.{digits}f} [{r['low']:+.{digits}f}, {r['high']:+.{digits}f}] "
                   f"({r['plus']} / {r['minus']}; p {r['p']:.3f}{extra}; seeds {r['seeds']}) per seed "
                   + " ".join(f"{x:+.{digits}f}" for x in r["per_seed"]))
+            if m == "valid" and c in margins:
+                e = equivalence_test(r["per_seed"], margins[c])
+                print(f"{c} valid within +-{margins[c]}: 90% CI [{e['ci_low']:+.4f}, {e['ci_high']:+.4f}], TOST p "
+                      f"{e['p']:.3f}: {'equivalent' if e['equivalent'] else 'not shown equivalent'}")
 
 
 if __name__ == "__main__":
