@@ -187,11 +187,25 @@ def test_equivalence_within_a_margin_by_two_one_sided_t_tests_closed_form():
     assert equivalence_test([1.0, 2.0, 4.0], edge * 0.999)["equivalent"] is False
     assert equivalence_test([1.0, 2.0, 4.0], edge)["p"] == pytest.approx(0.05)
     # "not separated" is not "equivalent": the t-test and TOST can both fail
-    assert seed_difference([1.0, 2.0, 4.0], [0.0, 0.0, 0.0])["p_t"] > 0.05 and not equivalence_test([1.0, 2.0, 4.0], 3.0)["equivalent"]
-    assert equivalence_test([0.5, 0.5], 1.0) == {"n": 2, "margin": 1.0, "alpha": 0.05, "p": None, "ci_low": None,
-                                                 "ci_high": None, "equivalent": True}  # no spread
-    with pytest.raises(ValueError, match="margin must be positive"):
-        equivalence_test([1.0, 2.0], 0.0)
+    assert seed_difference([1.0, 2.0, 4.0], [0.0, 0.0, 0.0])["p_t"] > 0.05
+    assert not equivalence_test([1.0, 2.0, 4.0], 3.0)["equivalent"]
+    # mirrored: the lower one-sided test decides; the same p, the interval reflected
+    m = equivalence_test([-1.0, -2.0, -4.0], 20.0)
+    assert m["p"] == pytest.approx(e["p"]) and (m["ci_low"], m["ci_high"]) == (
+        pytest.approx(-e["ci_high"]), pytest.approx(-e["ci_low"]))
+    assert equivalence_test([-1.0, -2.0, -4.0], edge * 1.001)["equivalent"] is True
+    assert equivalence_test([-1.0, -2.0, -4.0], edge * 0.999)["equivalent"] is False
+    # no spread: the limits as se -> 0
+    assert equivalence_test([0.5, 0.5], 1.0) == {"n": 2, "margin": 1.0, "alpha": 0.05, "p": 0.0, "ci_low": 0.5,
+                                                 "ci_high": 0.5, "equivalent": True}
+    assert equivalence_test([1.5, 1.5], 1.0)["p"] == 1.0 and equivalence_test([1.5, 1.5], 1.0)["equivalent"] is False
+    for short in ([1.0], [1.0, float("nan")]):
+        assert equivalence_test(short, 1.0)["equivalent"] is None and equivalence_test(short, 1.0)["p"] is None
+    for margin in (0.0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="margin must be positive"):
+            equivalence_test([1.0, 2.0], margin)
+    with pytest.raises(ValueError, match="alpha must be in"):
+        equivalence_test([1.0, 2.0], 1.0, alpha=0.6)
 
 
 def test_seed_difference_gives_the_detectable_difference_of_its_spread():

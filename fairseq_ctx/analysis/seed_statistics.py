@@ -269,11 +269,15 @@ def equivalence_test(diffs: Sequence[Number], margin: float, alpha: float = 0.05
     p = the larger of P(T >= (mean + margin) / se) and P(T <= (mean - margin) / se) (T: t with
     n - 1 degrees of freedom); equivalent when p < alpha, which is the (1 - 2 alpha) t interval
     lying inside the margin (returned as ci_low / ci_high: the 90 % interval at alpha 0.05).
+    With no spread the limits as se -> 0: p 0 inside the margin, 1 outside, the interval the mean.
+    Fewer than 2 seeds or a non-finite difference: p, interval and verdict None.
     The margin must be set before the result is seen."""
     from scipy import stats
 
-    if not margin > 0:
-        raise ValueError(f"the margin must be positive (got {margin})")
+    if not (margin > 0 and math.isfinite(margin)):
+        raise ValueError(f"the margin must be positive and finite (got {margin})")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5) (got {alpha})")
     xs = [float(d) for d in diffs]
     n = len(xs)
     out = {"n": n, "margin": margin, "alpha": alpha, "p": None, "ci_low": None, "ci_high": None,
@@ -281,13 +285,13 @@ def equivalence_test(diffs: Sequence[Number], margin: float, alpha: float = 0.05
     if n < 2 or not all(math.isfinite(x) for x in xs):
         return out
     mean, se = statistics.fmean(xs), statistics.stdev(xs) / math.sqrt(n)
-    if se == 0:  # no spread: inside or outside, without a test
-        out["equivalent"] = abs(mean) < margin
-        return out
-    df = n - 1
-    half = stats.t.ppf(1 - alpha, df) * se
-    out.update(ci_low=mean - half, ci_high=mean + half,
-               p=float(max(stats.t.sf((mean + margin) / se, df), stats.t.cdf((mean - margin) / se, df))))
+    if se == 0:
+        out.update(p=0.0 if abs(mean) < margin else 1.0, ci_low=mean, ci_high=mean)
+    else:
+        df = n - 1
+        half = float(stats.t.ppf(1 - alpha, df)) * se
+        out.update(ci_low=mean - half, ci_high=mean + half,
+                   p=float(max(stats.t.sf((mean + margin) / se, df), stats.t.cdf((mean - margin) / se, df))))
     out["equivalent"] = out["p"] < alpha
     return out
 

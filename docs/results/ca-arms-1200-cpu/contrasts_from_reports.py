@@ -93,7 +93,12 @@ def main():
         name, _, delta = item.partition("=")
         if name not in results:
             parser.error(f"--margin {item}: {name} is not one of the --contrast")
-        margins[name] = float(delta)
+        try:
+            margins[name] = float(delta)
+        except ValueError:
+            parser.error(f"--margin {item}: DELTA is not a number (CONTRAST=DELTA)")
+        if not (margins[name] > 0 and math.isfinite(margins[name])):
+            parser.error(f"--margin {item}: DELTA must be positive and finite")
     for c in args.contrast:
         for m, r in results[c].items():
             if r is None:
@@ -109,7 +114,10 @@ def main():
             if m == "valid" and c in margins:
                 e = equivalence_test(r["per_seed"], margins[c])
                 print(f"{c} valid within +-{margins[c]}: 90% CI [{e['ci_low']:+.4f}, {e['ci_high']:+.4f}], TOST p "
-                      f"{e['p']:.3f}: {'equivalent' if e['equivalent'] else 'not shown equivalent'}")
+                      f"{e['p']:.3f}: {'equivalent' if e['equivalent'] else 'not shown equivalent'}"
+                      + (" (no spread over the seeds)" if e["ci_low"] == e["ci_high"] else ""))
+        if "valid" in results[c] and results[c]["valid"] is None and c in margins:
+            print(f"{c} valid within +-{margins[c]}: fewer than 2 seeds, no equivalence test")
 
 
 if __name__ == "__main__":
