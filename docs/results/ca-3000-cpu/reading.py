@@ -8,10 +8,13 @@ validated at, of the exact eval-mode valid loss and the train-set loss at 3,000 
 test BLEU at 1,200 / 2,000 / 3,000; the check that each run's first 1,200 updates are the
 1,200-update study's run of its config and seed (valid loss at 1,200 against
 ../ca-arms-1200-cpu/quality-12-18-seeds1-5.json).
-With --final (the planned reading, once seeds 1-6 are in; refused with fewer): the primary
-contrast (95 % t CI over seeds, paired t), the equivalence test within +-0.008 (two one-sided
-t-tests), the seeds a 0.016 / 0.008 difference needs at the observed sd, and the platform contrast
-against the GPU's 13 seeds (Welch t; secondary). Nothing here decides a reading: readings.md does.
+Without --final (interim looks): per-seed values only, no mean or CI (readings.md).
+With --final (the planned reading: seeds 1-6 of 3,000-update AMD EPYC runs, nothing else accepted):
+the primary contrast (95 % t CI over seeds, paired t), the equivalence test within +-0.008 (two
+one-sided t-tests), the reading by readings.md's precedence (a-e) for the log's and the exact valid
+loss, the seeds a t-test and the equivalence test would need at the observed sd, and the GPU setup
+against this CPU setup (Welch t over 6 and 13 seeds; seed-paired over seeds 1-6 as a check;
+secondary). The rules are readings.md's; this script applies them.
 """
 import argparse
 import json
@@ -22,7 +25,7 @@ from scipy import stats
 
 os.environ.setdefault("FAIRSEQ_CTX_NO_MODELS", "1")  # statistics only: no fairseq, no torch
 from fairseq_ctx.analysis.seed_statistics import (  # noqa: E402
-    detectable_difference, equivalence_test, seed_difference, seeds_needed)
+    equivalence_test, sd_factor_interval, seed_difference, seeds_needed)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.dirname(HERE)
@@ -35,12 +38,18 @@ GPU_REPORTS = [os.path.join(RESULTS, "gpu-ca-study-3000-seeds6-10", "quality-10-
 STUDY_1200 = os.path.join(RESULTS, "ca-arms-1200-cpu", "quality-12-18-seeds1-5.json")
 
 
-def runs_of(paths):
-    runs = {}
+def runs_of(paths, refuse_duplicates=False):
+    """{config: {seed: record}}; a (config, seed) in two reports is refused when asked (a run moved
+    aside after a restart and its rerun must not be mixed silently), else the first report's kept."""
+    runs, found_in = {}, {}
     for path in paths:
         with open(path, encoding="utf-8") as handle:
             for config, seeds in json.load(handle)["runs"].items():
                 for seed, record in seeds.items():
+                    key = (config, int(seed))
+                    if key in found_in and refuse_duplicates:
+                        raise SystemExit(f"{config} seed {seed} is in {found_in[key]} and in {path}: name one report per run")
+                    found_in.setdefault(key, path)
                     runs.setdefault(config, {}).setdefault(int(seed), record)
     return runs
 
@@ -75,62 +84,133 @@ def fmt(x, digits=3):
     return "n/a" if x is None else f"{x:+.{digits}f}"
 
 
-def describe(runs):
+def describe(runs, final=False):
     seeds = sorted(set(runs.get(SYSTEM, {})) & set(runs.get(BASELINE, {})))
     print(f"seeds with both configs: {seeds}")
     points = sorted({int(u) for s in seeds for c in (SYSTEM, BASELINE) for u in (runs[c][s].get("valid") or {})})
     print("\n02 - 00, the log's valid loss (base 2), per seed:")
-    print("updates  " + "  ".join(f"seed {s:>2}" for s in seeds) + "   mean")
+    # interim looks (readings.md): per-seed values only, no mean or CI
+    print("updates  " + "  ".join(f"seed {s:>2}" for s in seeds) + ("   mean" if final else ""))
     for u in points:
         d = paired(runs, log_valid, u)
         if len(d) == len(seeds):
-            print(f"{u:>7}  " + "  ".join(f"{d[s]:+7.3f}" for s in seeds) + f"  {statistics.fmean(d.values()):+.4f}")
+            print(f"{u:>7}  " + "  ".join(f"{d[s]:+7.3f}" for s in seeds)
+                  + (f"  {statistics.fmean(d.values()):+.4f}" if final else ""))
     for name, measure, updates, digits in (("exact valid loss", exact_valid, UPDATES, 4),
                                            ("train-set loss", train_loss, UPDATES, 4),
                                            ("test BLEU", test_bleu, 1200, 2), ("test BLEU", test_bleu, 2000, 2),
                                            ("test BLEU", test_bleu, UPDATES, 2)):
         d = paired(runs, measure, updates)
         print(f"{name} at {updates}: " + ", ".join(f"seed {s} {fmt(v, digits)}" for s, v in d.items())
-              + (f"; mean {statistics.fmean(d.values()):+.{digits}f}" if d else ""))
-    print("\nfirst 1,200 updates against the 1,200-update study (log's valid loss at 1,200):")
+              + (f"; mean {statistics.fmean(d.values()):+.{digits}f}" if d and final else ""))
+    print("\nfirst 1,200 updates against the 1,200-update study (the log's valid loss at every point both have):")
     earlier = runs_of([STUDY_1200])
     for config in (BASELINE, SYSTEM):
         for seed in seeds:
-            new, old = log_valid(runs[config][seed], 1200), log_valid(earlier.get(config, {}).get(seed, {}), 1200)
-            verdict = ("no earlier run" if old is None else "no value here" if new is None
-                       else "same" if new == old else "DIFFERENT")
-            print(f"  {config} seed {seed}: {new} here, {old} in the 1,200-update study: {verdict}")
+            new, old = runs[config][seed].get("valid") or {}, (earlier.get(config, {}).get(seed) or {}).get("valid") or {}
+            shared = sorted((set(new) & set(old)), key=int)
+            if not shared:
+                print(f"  {config} seed {seed}: no earlier run (or no shared point)")
+                continue
+            differ = [u for u in shared if new[u]["loss"] != old[u]["loss"]]
+            code = (earlier[config][seed].get("trained_with") or {}).get("model_code")
+            here = (runs[config][seed].get("trained_with") or {}).get("model_code")
+            print(f"  {config} seed {seed}: {len(shared)} shared points ({shared[0]}-{shared[-1]}): "
+                  + ("all the same" if not differ else
+                     f"first differs at {differ[0]} ({new[differ[0]]['loss']} here, {old[differ[0]]['loss']} there)")
+                  + f"; model code {here} here, {code} there")
+
+
+def _check_runs(runs, seeds):
+    """Only the planned runs: 3,000-update CPU (AMD EPYC) trainings without a GPU."""
+    for config in (SYSTEM, BASELINE):
+        for seed in seeds:
+            record = runs[config][seed]
+            trained = record.get("trained_with") or {}
+            problems = [what for what, bad in (
+                (f"settings {record.get('settings', '')[:14]!r}", not record.get("settings", "").startswith(f"updates={UPDATES} ")),
+                (f"gpu {trained.get('gpu')}", trained.get("gpu")),
+                (f"cpu {trained.get('cpu')}", "AMD EPYC" not in (trained.get("cpu") or ""))) if bad]
+            if problems:
+                raise SystemExit(f"{config} seed {seed} is not a planned run: {', '.join(problems)}")
+
+
+def tost_seeds_needed(sd, margin, alpha=0.05, power=0.8, true_difference=0.0, draws=200_000, most=200):
+    """Smallest seed count at which two one-sided t-tests (the 90 % CI inside +-margin) succeed with
+    the given power, by simulation (mean ~ N(true, sd^2 / n), s ~ sd sqrt(chi2(n-1) / (n-1))); a design
+    figure like seeds_needed, for the equivalence reading."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for n in range(2, most + 1):
+        mean = rng.normal(true_difference, sd / n ** 0.5, draws)
+        s = sd * np.sqrt(rng.chisquare(n - 1, draws) / (n - 1))
+        half = stats.t.ppf(1 - alpha, n - 1) * s / n ** 0.5
+        if np.mean((mean - half > -margin) & (mean + half < margin)) >= power:
+            return n
+    return None
+
+
+def classify(diffs):
+    """readings.md's precedence (a-e) for per-seed differences; returns (label, figures)."""
+    d = seed_difference(list(diffs), [0.0] * len(diffs), higher_is_better=False)
+    if d["ci_low"] is None:
+        return f"undefined ({d.get('note')})", d, None
+    tost = equivalence_test(list(diffs), MARGIN)
+    if d["ci_high"] < 0:
+        label = "a. reversed"
+    elif d["ci_low"] > 0:
+        label = "b. present" + (", smaller than the margin" if tost["equivalent"] else "") + (
+            ", smaller than the GPU's mean" if d["ci_high"] < 0.016 else "")
+    elif tost["equivalent"]:
+        label = "c. absent within the margin"
+    elif d["ci_high"] < 0.016:
+        label = "d. not at the GPU's size (not: absent)"
+    else:
+        label = "e. unresolved"
+    return label, d, tost
 
 
 def final(runs):
     primary = paired(runs, log_valid, UPDATES)
-    if len(primary) < PLANNED_SEEDS:
-        raise SystemExit(f"--final needs the {PLANNED_SEEDS} planned seeds; {len(primary)} have both configs "
-                         f"at {UPDATES} updates ({sorted(primary)})")
-    d = seed_difference({s: runs[SYSTEM][s]["valid"][str(UPDATES)]["loss"] for s in primary},
-                        {s: runs[BASELINE][s]["valid"][str(UPDATES)]["loss"] for s in primary},
-                        higher_is_better=False)
-    print(f"\nPRIMARY 02 - 00 valid loss at {UPDATES} ({d['n']} seeds): {d['mean_diff']:+.4f} "
+    if sorted(primary) != list(range(1, PLANNED_SEEDS + 1)):
+        raise SystemExit(f"--final needs seeds 1-{PLANNED_SEEDS} of both configs at {UPDATES} updates; "
+                         f"found {sorted(primary)}")
+    _check_runs(runs, sorted(primary))
+    label, d, tost = classify(primary.values())
+    if tost is None:
+        raise SystemExit(f"no reading: {label}")
+    print(f"\nPRIMARY 02 - 00 log's valid loss at {UPDATES} ({d['n']} seeds): {d['mean_diff']:+.4f} "
           f"[{d['ci_low']:+.4f}, {d['ci_high']:+.4f}], p {d['p_t']:.3g}, higher in {d['worse']} / {d['n']}; "
           f"80 % power at {fmt(d['detectable_80'], 4)}")
-    tost = equivalence_test(list(primary.values()), MARGIN)
     print(f"equivalence within +-{MARGIN}: 90 % CI [{tost['ci_low']:+.4f}, {tost['ci_high']:+.4f}], "
           f"TOST p {tost['p']:.3g}, equivalent: {tost['equivalent']}")
+    print(f"READING: {label}")
     sd = d["sd_diff"]
-    for difference in (0.016, MARGIN):
-        print(f"seeds for 80 % power at {difference} with sd {sd:.4f}: {seeds_needed(difference, sd)}")
+    low, high = sd_factor_interval(d["n"])
+    print(f"sd of the per-seed differences {sd:.4f} (95 % range {sd * low:.4f}-{sd * high:.4f})")
+    for difference in (0.016, MARGIN, max(d["ci_low"], 0.0) or None):
+        if difference:
+            print(f"seeds for 80 % power at {difference:.4f} (t-test) with sd {sd:.4f}: {seeds_needed(difference, sd)}")
+    print(f"seeds for 80 % power of equivalence within +-{MARGIN} at a true 0 with sd {sd:.4f}: "
+          f"{tost_seeds_needed(sd, MARGIN)}")
     exact = paired(runs, exact_valid, UPDATES)
-    if len(exact) == len(primary):
-        e = seed_difference(list(exact.values()), [0.0] * len(exact))
-        print(f"exact eval-mode valid loss: {e['mean_diff']:+.4f} [{e['ci_low']:+.4f}, {e['ci_high']:+.4f}]")
+    if sorted(exact) == sorted(primary):
+        exact_label, e, _ = classify(exact.values())
+        print(f"exact eval-mode valid loss: {fmt(e['mean_diff'], 4)} [{fmt(e['ci_low'], 4)}, {fmt(e['ci_high'], 4)}]: "
+              f"{exact_label}; {'agrees' if exact_label == label else 'DISAGREES (the log decides)'}")
+    else:
+        print(f"exact eval-mode valid loss: seeds {sorted(exact)} only; not classified")
     gpu = paired(runs_of(GPU_REPORTS), log_valid, UPDATES)
     welch = stats.ttest_ind(list(primary.values()), list(gpu.values()), equal_var=False)
     ci = welch.confidence_interval(0.95)
-    print(f"secondary, platform: CPU {statistics.fmean(primary.values()):+.4f} ({len(primary)} seeds) - GPU "
-          f"{statistics.fmean(gpu.values()):+.4f} ({len(gpu)} seeds) = "
+    print(f"secondary, the GPU setup against this CPU setup: CPU {statistics.fmean(primary.values()):+.4f} "
+          f"({len(primary)} seeds) - GPU {statistics.fmean(gpu.values()):+.4f} ({len(gpu)} seeds) = "
           f"{statistics.fmean(primary.values()) - statistics.fmean(gpu.values()):+.4f} "
-          f"[{ci.low:+.4f}, {ci.high:+.4f}] (Welch t, p {welch.pvalue:.3g}); GPU detectable at 80 %: "
-          f"{detectable_difference(statistics.stdev(gpu.values()), len(gpu)):.4f}")
+          f"[{ci.low:+.4f}, {ci.high:+.4f}] (Welch t, p {welch.pvalue:.3g})")
+    both = seed_difference({s: primary[s] for s in primary if s in gpu}, {s: gpu[s] for s in primary if s in gpu})
+    print(f"  seed-paired sensitivity check over seeds {both['seeds']}: CPU - GPU {fmt(both['mean_diff'], 4)} "
+          f"[{fmt(both['ci_low'], 4)}, {fmt(both['ci_high'], 4)}]")
 
 
 def main():
@@ -138,8 +218,8 @@ def main():
     parser.add_argument("reports", nargs="+", help="quality-compare JSON reports of this study")
     parser.add_argument("--final", action="store_true", help="the planned reading (seeds 1-6)")
     args = parser.parse_args()
-    runs = runs_of(args.reports)
-    describe(runs)
+    runs = runs_of(args.reports, refuse_duplicates=True)
+    describe(runs, final=args.final)
     if args.final:
         final(runs)
 
