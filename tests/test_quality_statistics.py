@@ -663,6 +663,22 @@ def test_end_to_end_seed_statistics_and_curves(qc, study):
     assert "cannot reach p < 0.05" in md
     assert "## Learning curves" in md and "| config | baseline | 20 | 40 | 50 | 60 |" in md
     assert "| Δ 01-good | 00-transformer |" in md and "`curves.png`" in md
+    # under each curve Δ row, the difference its t-test finds with 80 % power at each point,
+    # from that point's own per-seed spread
+    curve_md = md.split("## Learning curves")[1]
+    bleu_section = curve_md.split("### BLEU")[1].split("\n#")[0]
+    power_row = next(line for line in bleu_section.splitlines() if line.startswith("| 80 % power, 01-good |"))
+    expected = []
+    for u in ("20", "40", "50", str(UPDATES)):
+        d = cc["bleu"][u]["diffs"]
+        m = sum(d) / 3
+        sd = (sum((x - m) ** 2 for x in d) / 2) ** 0.5
+        expected.append("-" if cc["bleu"][u]["detectable_80"] is None else f"{cc['bleu'][u]['detectable_80']:.2f}")
+        if sd:  # that point's own sd (detectable_difference is checked against an integral above)
+            assert cc["bleu"][u]["detectable_80"] == pytest.approx(detectable_difference(sd, 3), rel=1e-6)
+    assert power_row == "| 80 % power, 01-good | 00-transformer | " + " | ".join(expected) + " |"
+    valid_section = curve_md.split("### Valid loss")[1].split("\n#")[0]
+    assert valid_section.count("| 80 % power, 01-good | 00-transformer |") == 1
 
     # resume: nothing retrained, nothing rescored
     n_train, n_eval = len(fk.train_calls), len(fk.eval_calls)
