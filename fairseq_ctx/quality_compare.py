@@ -562,8 +562,8 @@ def _detectable_note(n_seeds):
             "p < 0.05) in 4 runs of 5, taking the observed sd of the per-seed differences as the true one "
             "(`seed_statistics.detectable_difference`). A design figure for the next study, not a bound on the "
             "difference observed (its CI is that): 'not separated' is not 'about 0'; about 0 within a margin "
-            "needs the 90 % CI inside it (two one-sided tests), and a margin narrower than this figure is "
-            "rarely met.")
+            "needs the 90 % CI inside it (two one-sided tests, `seed_statistics.equivalence_test`), and a "
+            "margin narrower than this figure is rarely met.")
     if n_seeds >= 2:
         low, high = sd_factor_interval(n_seeds)
         note += (f" With {n_seeds} seeds the true sd is within {low:.2f}-{high:.2f} times the observed one (95 %), "
@@ -708,7 +708,10 @@ def curve_markdown(curves, curve_comparisons, baselines, meta, curve_png=None):
              "each run's train.log; valid BLEU (where scored, --valid-bleu): the same evaluation on "
              "the valid subset, the one to choose among configs on (then report test once). "
              "Δ rows: seed-paired mean difference system - baseline "
-             "[95% t CI]." + (f" Plot: `{curve_png}`." if curve_png else "")
+             "[95% t CI]; 80 % power rows: the true |difference| that t-test finds with 80 % power at "
+             "that update count (a design figure, not a bound: the note at the top; '-': fewer than 2 seeds "
+             "or no spread in the per-seed differences). Where BLEU was scored at several update counts, "
+             "the valid-loss table shows those; the JSON and the plot have every validation." + (f" Plot: `{curve_png}`." if curve_png else "")
              + (f" Training for the curve: {meta['curve_training']}." if meta.get("curve_training") else "")]
     def updates_of(metric):
         return sorted({u for c in curves.values() for u in (c.get(metric) or {}).get("updates", [])})
@@ -734,6 +737,8 @@ def curve_markdown(curves, curve_comparisons, baselines, meta, curve_png=None):
             if diff:
                 lines.append(f"| Δ {name} | {baselines.get(name)} | "
                              + " | ".join(_ci(diff[u], nd) if u in diff else "" for u in ups) + " |")
+                lines.append(f"| 80 % power, {name} | {baselines.get(name)} | "
+                             + " | ".join(_detectable(diff[u], nd) if u in diff else "" for u in ups) + " |")
     return lines
 
 

@@ -663,6 +663,22 @@ def test_end_to_end_seed_statistics_and_curves(qc, study):
     assert "cannot reach p < 0.05" in md
     assert "## Learning curves" in md and "| config | baseline | 20 | 40 | 50 | 60 |" in md
     assert "| Δ 01-good | 00-transformer |" in md and "`curves.png`" in md
+    # under each curve Δ row, the difference its t-test finds with 80 % power at each point,
+    # from that point's own per-seed spread
+    curve_md = md.split("## Learning curves")[1]
+    bleu_section = curve_md.split("### BLEU")[1].split("\n#")[0]
+    power_row = next(line for line in bleu_section.splitlines() if line.startswith("| 80 % power, 01-good |"))
+    expected = []
+    for u in ("20", "40", "50", str(UPDATES)):
+        d = cc["bleu"][u]["diffs"]
+        m = sum(d) / 3
+        sd = (sum((x - m) ** 2 for x in d) / 2) ** 0.5
+        expected.append("-" if cc["bleu"][u]["detectable_80"] is None else f"{cc['bleu'][u]['detectable_80']:.2f}")
+        if sd:  # that point's own sd (detectable_difference is checked against an integral above)
+            assert cc["bleu"][u]["detectable_80"] == pytest.approx(detectable_difference(sd, 3), rel=1e-6)
+    assert power_row == "| 80 % power, 01-good | 00-transformer | " + " | ".join(expected) + " |"
+    valid_section = curve_md.split("### Valid loss")[1].split("\n#")[0]
+    assert valid_section.count("| 80 % power, 01-good | 00-transformer |") == 1
 
     # resume: nothing retrained, nothing rescored
     n_train, n_eval = len(fk.train_calls), len(fk.eval_calls)
@@ -2920,3 +2936,37 @@ def test_a_config_fairseq_train_would_reject_stops_the_comparison_before_any_tra
     with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
         qc.main(argv + ["--configs", "00-*", "04-*"])  # 04 has a run to train: built, and refused
     assert built == ["04-cross_agg-good"]
+
+
+def test_each_curve_power_row_carries_its_own_metric_and_update_counts_figure(qc):
+    """The '80 % power' row under each Δ row of the learning-curve tables: at each update count the
+    figure of that metric's per-seed differences there (BLEU 2 decimals, valid loss 3), '-' where
+    they have no spread; distinct spreads per metric and point, so a row that took another point's
+    or another metric's figure fails."""
+    seeds = (1, 2, 3)
+    bleu = {"00-transformer": {s: {800: 20.0 + s, 1200: 22.0 + s} for s in seeds},
+            "01-good": {s: {800: 20.5 + s + 0.3 * s * s, 1200: 22.2 + s + 0.9 * s} for s in seeds}}
+    valid = {"00-transformer": {s: {800: 5.3 + 0.01 * s, 1200: 4.9 + 0.01 * s} for s in seeds},
+             "01-good": {s: {800: 5.31 + 0.01 * s + 0.004 * s * s, 1200: 4.9 + 0.01 * s - 0.02} for s in seeds}}
+    results = {name: {s: {"curve": {u: {"bleu": b} for u, b in bleu[name][s].items()},
+                          "valid": {u: {"loss": v} for u, v in valid[name][s].items()}} for s in seeds}
+               for name in bleu}
+    curves, comparisons = qc.learning_curves(results, {"01-good": "00-transformer", "00-transformer": None}, list(seeds))
+    meta = {"test_sentences": 10, "beam": 5}
+    md = "\n".join(qc.curve_markdown(curves, comparisons, {"01-good": "00-transformer", "00-transformer": None}, meta))
+
+    def power_row(title):
+        section = md.split(f"### {title}")[1].split("\n#")[0]
+        return next(line for line in section.splitlines() if line.startswith("| 80 % power, 01-good | 00-transformer |"))
+
+    for title, series, digits in (("BLEU", bleu, 2), ("Valid loss", valid, 3)):
+        cells = []
+        for u in (800, 1200):
+            diffs = [series["01-good"][s][u] - series["00-transformer"][s][u] for s in seeds]
+            m = sum(diffs) / 3
+            sd = (sum((d - m) ** 2 for d in diffs) / 2) ** 0.5
+            # detectable_difference itself is checked against an integral above
+            cells.append("-" if sd < 1e-9 else f"{detectable_difference(sd, 3):.{digits}f}")
+        assert power_row(title) == "| 80 % power, 01-good | 00-transformer | " + " | ".join(cells) + " |"
+    assert power_row("Valid loss").endswith("| - |")  # a constant difference at 1,200: no spread
+    assert "'-': fewer than 2 seeds or no spread" in md
