@@ -34,7 +34,8 @@ from fairseq_ctx.checkpoint_repair import stored_updates, written_to_the_end
 from fairseq_ctx.analysis.learning_curves import (
     checkpoint_at, checkpoints_by_update, parse_valid_log, plot_learning_curves)
 from fairseq_ctx.analysis.seed_statistics import (
-    curve_summary, detectable_difference, equivalence_test, sd_factor_interval, seed_difference, seeds_needed,
+    curve_summary, detectable_difference, equivalence_power, equivalence_seeds_needed, equivalence_test,
+    sd_factor_interval, seed_difference, seeds_needed,
     wilcoxon_seeds_needed)
 from tests.conftest import TINY_TEST_SENTENCES
 
@@ -206,6 +207,50 @@ def test_equivalence_within_a_margin_by_two_one_sided_t_tests_closed_form():
             equivalence_test([1.0, 2.0], margin)
     with pytest.raises(ValueError, match="alpha must be in"):
         equivalence_test([1.0, 2.0], 1.0, alpha=0.6)
+
+
+def _tost_success_rate(true_difference, sd, n, margin, draws=100_000, seed=0):
+    """The rate at which the 90 % t interval of n normal differences lies inside +-margin, from
+    simulated samples (the test's definition, not the library's integral)."""
+    import numpy as np
+    from scipy import stats
+
+    x = np.random.default_rng(seed).normal(true_difference, sd, (draws, n))
+    half = stats.t.ppf(0.95, n - 1) * x.std(axis=1, ddof=1) / math.sqrt(n)
+    mean = x.mean(axis=1)
+    return float(np.mean((mean - half > -margin) & (mean + half < margin)))
+
+
+def test_equivalence_power_is_the_rate_at_which_simulated_studies_are_found_within_the_margin():
+    for true_difference, sd, n, margin in ((0.0, 0.0105, 6, 0.008), (0.004, 0.0105, 12, 0.008),
+                                           (0.0, 1.0, 3, 1.5), (-0.3, 1.0, 20, 0.6), (0.0, 1.0, 2, 0.5)):
+        rate = _tost_success_rate(true_difference, sd, n, margin)
+        tolerance = 4 * math.sqrt(max(rate * (1 - rate), 1e-4) / 100_000)
+        assert equivalence_power(true_difference, sd, n, margin) == pytest.approx(rate, abs=tolerance)
+    # the test keeps its size: at the margin's edge it succeeds at most alpha of the time
+    assert equivalence_power(0.8, 1.0, 30, 0.8) <= 0.05 and equivalence_power(-0.8, 1.0, 30, 0.8) <= 0.05
+    assert equivalence_power(0.3, 1.0, 15, 0.8) == pytest.approx(equivalence_power(-0.3, 1.0, 15, 0.8))
+    for bad in ((0.0, 1.0, 1, 0.5), (0.0, 0.0, 5, 0.5), (0.0, 1.0, 5, 0.0)):
+        with pytest.raises(ValueError):
+            equivalence_power(*bad)
+
+
+def test_equivalence_seeds_needed_is_the_smallest_count_with_the_power():
+    # the GPU's sd of the 3,000-update context-aware remainder and a margin of 0.008 (the CPU study's
+    # plan: about 1 study in 6 finds "about 0" with 6 seeds, 17 seeds for 80 %)
+    n = equivalence_seeds_needed(0.0105, 0.008)
+    assert n == 17
+    assert equivalence_power(0.0, 0.0105, 16, 0.008) < 0.8 <= equivalence_power(0.0, 0.0105, 17, 0.008)
+    assert _tost_success_rate(0.0, 0.0105, 6, 0.008) == pytest.approx(1 / 6, abs=0.01)
+    # a true difference inside the margin needs more seeds; one at or beyond it can never be shown "about 0"
+    assert equivalence_seeds_needed(0.0105, 0.008, true_difference=0.004) > n
+    assert equivalence_seeds_needed(0.0105, 0.008, true_difference=0.008) is None
+    assert equivalence_seeds_needed(1.0, 0.01, most=50) is None
+    # counted up from 2: the power is not monotone in n at a few seeds (below alpha, where no design asks)
+    assert equivalence_power(0.0, 1.0, 2, 0.5) > equivalence_power(0.0, 1.0, 5, 0.5)
+    assert [equivalence_seeds_needed(1.0, margin) for margin in (3.0, 2.0, 1.5)] == [3, 4, 6]
+    with pytest.raises(ValueError, match="alpha < power < 1"):
+        equivalence_seeds_needed(1.0, 0.5, power=0.01)
 
 
 def test_seed_difference_gives_the_detectable_difference_of_its_spread():

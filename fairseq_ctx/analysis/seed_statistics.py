@@ -20,8 +20,9 @@ difference the paired t-test over these seeds finds (p < alpha) with 80 % probab
 ``seeds_needed`` into the seeds a given difference needs: design figures for the next study
 (how many seeds; how wide a margin a reading of "about 0" can hope to meet), not bounds on an
 observed difference (its CI is that; "about 0 within a margin" needs the 90 % CI inside the
-margin: ``equivalence_test``, two one-sided tests). Both take the observed sd as the true one,
-itself uncertain (``sd_factor_interval``: with 5 seeds the true sd is within 0.6-2.9 times the
+margin: ``equivalence_test``, two one-sided tests, with ``equivalence_power`` and
+``equivalence_seeds_needed`` as its design figures). All of these take the observed sd as the
+true one, itself uncertain (``sd_factor_interval``: with 5 seeds the true sd is within 0.6-2.9 times the
 estimate).
 
 ``curve_summary`` aggregates per-seed curves (update count -> value) into mean, sample
@@ -294,6 +295,57 @@ def equivalence_test(diffs: Sequence[Number], margin: float, alpha: float = 0.05
                    p=float(max(stats.t.sf((mean + margin) / se, df), stats.t.cdf((mean - margin) / se, df))))
     out["equivalent"] = out["p"] < alpha
     return out
+
+
+def equivalence_power(true_difference: float, sd: float, n: int, margin: float, alpha: float = 0.05) -> float:
+    """Probability that ``equivalence_test`` over ``n`` seeds finds the mean difference within
+    (-margin, +margin) when the per-seed differences are normal with mean ``true_difference`` and
+    standard deviation ``sd``. The sample mean (normal, sd / sqrt(n)) and sd (sd sqrt(V / (n - 1)),
+    V chi-square with n - 1 degrees of freedom) are independent, so for each V the 90 % interval's
+    half-width h is fixed and the test succeeds when the mean lies in (-margin + h, margin - h):
+    the power is that normal probability integrated over V's density (numerically, to ~1e-9)."""
+    from scipy import integrate, stats
+
+    if n < 2 or not (sd > 0 and math.isfinite(sd)):
+        raise ValueError(f"power needs at least 2 seeds and a positive sd (n {n}, sd {sd})")
+    if not (margin > 0 and math.isfinite(margin)):
+        raise ValueError(f"the margin must be positive and finite (got {margin})")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5) (got {alpha})")
+    df, root_n = n - 1, math.sqrt(n)
+    crit, se_true = float(stats.t.ppf(1 - alpha, df)), sd / root_n
+
+    def given_v(v):
+        half = crit * sd * math.sqrt(v / df) / root_n
+        if half >= margin:
+            return 0.0
+        inside = (stats.norm.cdf((margin - half - true_difference) / se_true)
+                  - stats.norm.cdf((-margin + half - true_difference) / se_true))
+        return float(inside) * float(stats.chi2.pdf(v, df))
+
+    # V beyond this leaves no room inside the margin (h >= margin)
+    v_most = df * (margin * root_n / (crit * sd)) ** 2
+    value, _ = integrate.quad(given_v, 0.0, v_most, epsabs=1e-11, epsrel=1e-9, limit=200)
+    return min(1.0, max(0.0, value))
+
+
+def equivalence_seeds_needed(sd: float, margin: float, alpha: float = 0.05, power: float = 0.8,
+                             true_difference: float = 0.0, most: int = 1_000) -> Optional[int]:
+    """Smallest number of seeds at which ``equivalence_test`` (margin ``margin``) succeeds with
+    probability ``power`` when the true mean difference is ``true_difference`` (0: really none) and
+    the differences have standard deviation ``sd``; None when |true_difference| >= margin (the test
+    is built to fail there) or not within ``most`` seeds. A design figure for an "about 0" reading,
+    as ``seeds_needed`` is for "a difference"."""
+    _check_levels(alpha, power)
+    if abs(true_difference) >= margin:
+        return None
+
+    def enough(n):
+        return equivalence_power(true_difference, sd, n, margin, alpha) >= power
+
+    # counted up, not bisected: at a few seeds the power is not monotone in n (a very small sample sd
+    # now and then gives a narrow interval: 0.024 at 2 seeds, 0.018 at 4, margin sd / 2; below alpha)
+    return next((n for n in range(2, most + 1) if enough(n)), None)
 
 
 def curve_summary(per_seed: Mapping[object, Mapping[int, Number]]) -> Dict:
