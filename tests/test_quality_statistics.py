@@ -34,7 +34,8 @@ from fairseq_ctx.checkpoint_repair import stored_updates, written_to_the_end
 from fairseq_ctx.analysis.learning_curves import (
     checkpoint_at, checkpoints_by_update, parse_valid_log, plot_learning_curves)
 from fairseq_ctx.analysis.seed_statistics import (
-    curve_summary, detectable_difference, equivalence_test, sd_factor_interval, seed_difference, seeds_needed,
+    curve_summary, detectable_difference, equivalence_power, equivalence_seeds_needed, equivalence_test,
+    sd_factor_interval, seed_difference, seeds_needed,
     wilcoxon_seeds_needed)
 from tests.conftest import TINY_TEST_SENTENCES
 
@@ -206,6 +207,92 @@ def test_equivalence_within_a_margin_by_two_one_sided_t_tests_closed_form():
             equivalence_test([1.0, 2.0], margin)
     with pytest.raises(ValueError, match="alpha must be in"):
         equivalence_test([1.0, 2.0], 1.0, alpha=0.6)
+
+
+def _tost_success_rate(true_difference, sd, n, margin, alpha=0.05, draws=100_000, seed=0):
+    """The rate at which the (1 - 2 alpha) t interval of n normal differences lies inside +-margin,
+    from simulated samples (the test's definition, not the library's integral)."""
+    import numpy as np
+    from scipy import stats
+
+    x = np.random.default_rng(seed).normal(true_difference, sd, (draws, n))
+    half = stats.t.ppf(1 - alpha, n - 1) * x.std(axis=1, ddof=1) / math.sqrt(n)
+    mean = x.mean(axis=1)
+    return float(np.mean((mean - half > -margin) & (mean + half < margin)))
+
+
+def _tost_power_over_the_mean(true_difference, sd, n, margin, alpha=0.05, points=400_001):
+    """The same probability integrated the other way round: over the sample mean m (normal), the
+    chance that the sample sd is small enough, s < (margin - |m|) sqrt(n) / t (a chi-square cdf),
+    on a fine grid; for designs too large to simulate."""
+    import numpy as np
+    from scipy import stats
+
+    m = np.linspace(-margin, margin, points)
+    se, df, crit = sd / math.sqrt(n), n - 1, stats.t.ppf(1 - alpha, n - 1)
+    s_most = (margin - np.abs(m)) * math.sqrt(n) / crit
+    integrand = stats.norm.pdf(m, true_difference, se) * stats.chi2.cdf(df * (s_most / sd) ** 2, df)
+    return float(np.sum((integrand[1:] + integrand[:-1]) / 2 * np.diff(m)))
+
+
+def test_equivalence_power_is_the_rate_at_which_simulated_studies_are_found_within_the_margin():
+    for true_difference, sd, n, margin, alpha in ((0.0, 0.0105, 6, 0.008, 0.05), (0.004, 0.0105, 12, 0.008, 0.05),
+                                                  (0.0, 1.0, 3, 1.5, 0.05), (-0.3, 1.0, 20, 0.6, 0.05),
+                                                  (0.0, 1.0, 2, 0.5, 0.05), (0.2, 1.0, 8, 1.0, 0.10)):
+        rate = _tost_success_rate(true_difference, sd, n, margin, alpha)
+        tolerance = 4 * math.sqrt(max(rate * (1 - rate), 1e-4) / 100_000)
+        assert equivalence_power(true_difference, sd, n, margin, alpha) == pytest.approx(rate, abs=tolerance)
+    # and the library's own test, run on simulated studies, succeeds at that rate
+    import numpy as np
+
+    studies = np.random.default_rng(1).normal(0.1, 1.0, (2_000, 8))
+    found = sum(bool(equivalence_test(list(x), 1.0, alpha=0.10)["equivalent"]) for x in studies)
+    power = equivalence_power(0.1, 1.0, 8, 1.0, alpha=0.10)
+    assert found / 2_000 == pytest.approx(power, abs=4 * math.sqrt(power * (1 - power) / 2_000))
+    # the test keeps its size: at the margin's edge it succeeds at most alpha of the time
+    assert equivalence_power(0.8, 1.0, 30, 0.8) <= 0.05 and equivalence_power(-0.8, 1.0, 30, 0.8) <= 0.05
+    assert equivalence_power(0.3, 1.0, 15, 0.8) == pytest.approx(equivalence_power(-0.3, 1.0, 15, 0.8))
+
+
+def test_equivalence_power_holds_for_many_seeds_and_margins_many_sds_wide():
+    """Where a quadrature over the sd's law misses its narrow peak (many seeds, a margin many sds
+    wide, a true difference near the margin), against the integral over the mean."""
+    for design in ((0.0, 1e-4, 10, 0.008), (0.0, 1e-5, 10, 0.008), (0.007, 0.0105, 900, 0.008),
+                   (0.0079, 0.0105, 1000, 0.008), (0.0, 1.0, 100_000, 0.01), (0.0, 1.0, 18, 1.0),
+                   (29.7, 1.0, 18, 30.0), (0.0, 1.0, 10_000, 0.1), (0.0, 1.0, 25, 50.0)):
+        assert equivalence_power(*design) == pytest.approx(_tost_power_over_the_mean(*design), abs=1e-6)
+    assert equivalence_power(0.0, 1e-4, 10, 0.008) == pytest.approx(1.0, abs=1e-9)
+    for bad in ((0.0, 1.0, 1, 0.5), (0.0, 1.0, 2.5, 0.5), (0.0, 0.0, 5, 0.5), (0.0, -1.0, 5, 0.5),
+                (0.0, 1.0, 5, 0.0), (0.0, 1.0, 5, float("inf"))):
+        with pytest.raises(ValueError):
+            equivalence_power(*bad)
+    with pytest.raises(ValueError, match="alpha must be in"):
+        equivalence_power(0.0, 1.0, 5, 0.5, alpha=0.6)
+
+
+def test_equivalence_seeds_needed_is_the_smallest_count_with_the_power():
+    # the GPU's sd of the 3,000-update context-aware remainder and a margin of 0.008 (the CPU study's
+    # plan: about 1 study in 6 finds "about 0" with 6 seeds, 17 seeds for 80 %)
+    n = equivalence_seeds_needed(0.0105, 0.008)
+    assert n == 17
+    assert equivalence_power(0.0, 0.0105, 16, 0.008) < 0.8 <= equivalence_power(0.0, 0.0105, 17, 0.008)
+    # a true difference inside the margin needs more seeds; one at or beyond it can never be shown "about 0"
+    near = equivalence_seeds_needed(0.0105, 0.008, true_difference=0.0075)
+    assert near > 1_000 and equivalence_power(0.0075, 0.0105, near - 1, 0.008) < 0.8 <= equivalence_power(
+        0.0075, 0.0105, near, 0.008)
+    assert equivalence_seeds_needed(0.0105, 0.008, true_difference=0.008) is None
+    assert equivalence_seeds_needed(1.0, 0.01, most=50) is None
+    assert equivalence_seeds_needed(1e-6, 0.008) == 2
+    # counted up over the first seeds: the power is not monotone in n there (below alpha, where no
+    # design asks)
+    assert equivalence_power(0.0, 1.0, 2, 0.5) > equivalence_power(0.0, 1.0, 4, 0.5)
+    assert [equivalence_seeds_needed(1.0, margin) for margin in (3.0, 2.0, 1.5)] == [3, 4, 6]
+    assert equivalence_seeds_needed(1.0, 1.5, alpha=0.10) == 5  # a narrower (80 %) interval is inside sooner
+    with pytest.raises(ValueError, match="alpha < power < 1"):
+        equivalence_seeds_needed(1.0, 0.5, power=0.01)
+    for sd, margin in ((0.0, 0.5), (1.0, 0.0), (1.0, -1.0), (-1.0, 0.5)):
+        with pytest.raises(ValueError):
+            equivalence_seeds_needed(sd, margin, true_difference=1.0)
 
 
 def test_seed_difference_gives_the_detectable_difference_of_its_spread():

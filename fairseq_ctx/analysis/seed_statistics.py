@@ -20,8 +20,9 @@ difference the paired t-test over these seeds finds (p < alpha) with 80 % probab
 ``seeds_needed`` into the seeds a given difference needs: design figures for the next study
 (how many seeds; how wide a margin a reading of "about 0" can hope to meet), not bounds on an
 observed difference (its CI is that; "about 0 within a margin" needs the 90 % CI inside the
-margin: ``equivalence_test``, two one-sided tests). Both take the observed sd as the true one,
-itself uncertain (``sd_factor_interval``: with 5 seeds the true sd is within 0.6-2.9 times the
+margin: ``equivalence_test``, two one-sided tests, with ``equivalence_power`` and
+``equivalence_seeds_needed`` as its design figures). All of these take the observed sd as the
+true one, itself uncertain (``sd_factor_interval``: with 5 seeds the true sd is within 0.6-2.9 times the
 estimate).
 
 ``curve_summary`` aggregates per-seed curves (update count -> value) into mean, sample
@@ -294,6 +295,91 @@ def equivalence_test(diffs: Sequence[Number], margin: float, alpha: float = 0.05
                    p=float(max(stats.t.sf((mean + margin) / se, df), stats.t.cdf((mean - margin) / se, df))))
     out["equivalent"] = out["p"] < alpha
     return out
+
+
+def _check_equivalence_design(sd, margin, alpha):
+    if not (sd > 0 and math.isfinite(sd)):
+        raise ValueError(f"the sd must be positive and finite (got {sd})")
+    if not (margin > 0 and math.isfinite(margin)):
+        raise ValueError(f"the margin must be positive and finite (got {margin})")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5) (got {alpha})")
+
+
+def equivalence_power(true_difference: float, sd: float, n: int, margin: float, alpha: float = 0.05) -> float:
+    """Probability that ``equivalence_test`` over ``n`` seeds finds the mean difference within
+    (-margin, +margin) when the per-seed differences are normal with mean ``true_difference`` and
+    standard deviation ``sd``. The sample mean (normal, sd / sqrt(n)) and sd (sd sqrt(V / (n - 1)),
+    V chi-square with n - 1 degrees of freedom) are independent, so for each V the (1 - 2 alpha)
+    interval's half-width h is fixed and the test succeeds when the mean lies in (-margin + h,
+    margin - h): the power is that normal probability integrated over V's density, over the range
+    holding all but ~1e-16 of V's law and with breakpoints at its peak and where the normal
+    probability falls from ~1 to 0, so that neither a narrow chi-square peak (many seeds) nor a
+    margin many sds wide escapes the quadrature (to ~1e-9)."""
+    from scipy import integrate, stats
+
+    _check_equivalence_design(sd, margin, alpha)
+    if isinstance(n, bool) or int(n) != n or n < 2:
+        raise ValueError(f"power needs a whole number of at least 2 seeds (got {n})")
+    df, root_n = int(n) - 1, math.sqrt(n)
+    crit, se_true = float(stats.t.ppf(1 - alpha, df)), sd / root_n
+    distance = abs(true_difference)
+
+    def v_of_half(half):  # the V at which the interval's half-width is ``half``
+        return df * (half * root_n / (crit * sd)) ** 2
+
+    def given_v(v):
+        half = crit * sd * math.sqrt(v / df) / root_n
+        if not half < margin:
+            return 0.0
+        inside = (stats.norm.cdf((margin - half - distance) / se_true)
+                  - stats.norm.cdf((-margin + half - distance) / se_true))
+        return float(inside) * float(stats.chi2.pdf(v, df))
+
+    # V's law outside [low, high] holds < 2e-16; beyond V(margin) no mean is inside; the normal
+    # probability falls from ~1 to ~0 as h crosses margin - |true_difference| (within a few se)
+    low, high = float(stats.chi2.ppf(1e-16, df)), min(float(stats.chi2.isf(1e-16, df)), v_of_half(margin))
+    if not high > low:
+        return 0.0
+    points = sorted({v for v in [float(df)] + [v_of_half(h) for h in (margin - distance - 6 * se_true,
+                                                                       margin - distance,
+                                                                       margin - distance + 6 * se_true) if h > 0]
+                     if low < v < high})
+    value, _ = integrate.quad(given_v, low, high, points=points or None, epsabs=1e-11, epsrel=1e-9, limit=400)
+    return min(1.0, max(0.0, value))
+
+
+def equivalence_seeds_needed(sd: float, margin: float, alpha: float = 0.05, power: float = 0.8,
+                             true_difference: float = 0.0, most: int = 100_000) -> Optional[int]:
+    """Smallest number of seeds at which ``equivalence_test`` (margin ``margin``) succeeds with
+    probability ``power`` when the true mean difference is ``true_difference`` (0: really none) and
+    the differences have standard deviation ``sd``; None when |true_difference| >= margin (the test
+    is built to fail there) or not within ``most`` seeds. A design figure for an "about 0" reading,
+    as ``seeds_needed`` is for "a difference"."""
+    _check_levels(alpha, power)
+    _check_equivalence_design(sd, margin, alpha)
+    if abs(true_difference) >= margin:
+        return None
+
+    def enough(n):
+        return equivalence_power(true_difference, sd, n, margin, alpha) >= power
+
+    # counted up over the first seeds: there the power is not monotone in n (a very small sample sd
+    # now and then gives a narrow interval: 0.024 at 2 seeds, 0.018 at 4, margin sd / 2); beyond,
+    # where it grows with n, doubled and then bisected as in seeds_needed
+    counted = min(most, 64)
+    found = next((n for n in range(2, counted + 1) if enough(n)), None)
+    if found is not None or counted >= most:
+        return found
+    low, high = counted, min(2 * counted, most)
+    while not enough(high):
+        if high >= most:
+            return None
+        low, high = high, min(2 * high, most)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return high
 
 
 def curve_summary(per_seed: Mapping[object, Mapping[int, Number]]) -> Dict:

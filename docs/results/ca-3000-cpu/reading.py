@@ -25,7 +25,7 @@ from scipy import stats
 
 os.environ.setdefault("FAIRSEQ_CTX_NO_MODELS", "1")  # statistics only: no fairseq, no torch
 from fairseq_ctx.analysis.seed_statistics import (  # noqa: E402
-    equivalence_test, sd_factor_interval, seed_difference, seeds_needed)
+    equivalence_seeds_needed, equivalence_test, sd_factor_interval, seed_difference, seeds_needed)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.dirname(HERE)
@@ -135,22 +135,6 @@ def _check_runs(runs, seeds):
                 raise SystemExit(f"{config} seed {seed} is not a planned run: {', '.join(problems)}")
 
 
-def tost_seeds_needed(sd, margin, alpha=0.05, power=0.8, true_difference=0.0, draws=200_000, most=200):
-    """Smallest seed count at which two one-sided t-tests (the 90 % CI inside +-margin) succeed with
-    the given power, by simulation (mean ~ N(true, sd^2 / n), s ~ sd sqrt(chi2(n-1) / (n-1))); a design
-    figure like seeds_needed, for the equivalence reading."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    for n in range(2, most + 1):
-        mean = rng.normal(true_difference, sd / n ** 0.5, draws)
-        s = sd * np.sqrt(rng.chisquare(n - 1, draws) / (n - 1))
-        half = stats.t.ppf(1 - alpha, n - 1) * s / n ** 0.5
-        if np.mean((mean - half > -margin) & (mean + half < margin)) >= power:
-            return n
-    return None
-
-
 def classify(diffs):
     """readings.md's precedence (a-e) for per-seed differences; returns (label, figures)."""
     d = seed_difference(list(diffs), [0.0] * len(diffs), higher_is_better=False)
@@ -193,7 +177,7 @@ def final(runs):
         if difference:
             print(f"seeds for 80 % power at {difference:.4f} (t-test) with sd {sd:.4f}: {seeds_needed(difference, sd)}")
     print(f"seeds for 80 % power of equivalence within +-{MARGIN} at a true 0 with sd {sd:.4f}: "
-          f"{tost_seeds_needed(sd, MARGIN)}")
+          f"{equivalence_seeds_needed(sd, MARGIN)}")
     exact = paired(runs, exact_valid, UPDATES)
     if sorted(exact) == sorted(primary):
         exact_label, e, _ = classify(exact.values())
