@@ -230,6 +230,7 @@ def _tost_power_over_the_mean(true_difference, sd, n, margin, alpha=0.05, points
 
     m = np.linspace(-margin, margin, points)
     se, df, crit = sd / math.sqrt(n), n - 1, stats.t.ppf(1 - alpha, n - 1)
+    assert se > 20 * (m[1] - m[0]), "the grid is too coarse for the mean's normal law"
     s_most = (margin - np.abs(m)) * math.sqrt(n) / crit
     integrand = stats.norm.pdf(m, true_difference, se) * stats.chi2.cdf(df * (s_most / sd) ** 2, df)
     return float(np.sum((integrand[1:] + integrand[:-1]) / 2 * np.diff(m)))
@@ -263,7 +264,8 @@ def test_equivalence_power_holds_for_many_seeds_and_margins_many_sds_wide():
         assert equivalence_power(*design) == pytest.approx(_tost_power_over_the_mean(*design), abs=1e-6)
     assert equivalence_power(0.0, 1e-4, 10, 0.008) == pytest.approx(1.0, abs=1e-9)
     for bad in ((0.0, 1.0, 1, 0.5), (0.0, 1.0, 2.5, 0.5), (0.0, 0.0, 5, 0.5), (0.0, -1.0, 5, 0.5),
-                (0.0, 1.0, 5, 0.0), (0.0, 1.0, 5, float("inf"))):
+                (0.0, 1.0, 5, 0.0), (0.0, 1.0, 5, float("inf")), (float("nan"), 1.0, 5, 0.5),
+                (0.0, 1.0, float("inf"), 0.5)):
         with pytest.raises(ValueError):
             equivalence_power(*bad)
     with pytest.raises(ValueError, match="alpha must be in"):
@@ -290,9 +292,10 @@ def test_equivalence_seeds_needed_is_the_smallest_count_with_the_power():
     assert equivalence_seeds_needed(1.0, 1.5, alpha=0.10) == 5  # a narrower (80 %) interval is inside sooner
     with pytest.raises(ValueError, match="alpha < power < 1"):
         equivalence_seeds_needed(1.0, 0.5, power=0.01)
-    for sd, margin in ((0.0, 0.5), (1.0, 0.0), (1.0, -1.0), (-1.0, 0.5)):
+    for sd, margin, true_difference in ((0.0, 0.5, 1.0), (1.0, 0.0, 1.0), (1.0, -1.0, 1.0), (-1.0, 0.5, 1.0),
+                                        (1.0, 0.5, float("nan"))):
         with pytest.raises(ValueError):
-            equivalence_seeds_needed(sd, margin, true_difference=1.0)
+            equivalence_seeds_needed(sd, margin, true_difference=true_difference)
 
 
 def test_seed_difference_gives_the_detectable_difference_of_its_spread():

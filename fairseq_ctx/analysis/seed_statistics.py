@@ -297,7 +297,9 @@ def equivalence_test(diffs: Sequence[Number], margin: float, alpha: float = 0.05
     return out
 
 
-def _check_equivalence_design(sd, margin, alpha):
+def _check_equivalence_design(sd, margin, alpha, true_difference):
+    if not math.isfinite(true_difference):
+        raise ValueError(f"the true difference must be finite (got {true_difference})")
     if not (sd > 0 and math.isfinite(sd)):
         raise ValueError(f"the sd must be positive and finite (got {sd})")
     if not (margin > 0 and math.isfinite(margin)):
@@ -313,13 +315,14 @@ def equivalence_power(true_difference: float, sd: float, n: int, margin: float, 
     V chi-square with n - 1 degrees of freedom) are independent, so for each V the (1 - 2 alpha)
     interval's half-width h is fixed and the test succeeds when the mean lies in (-margin + h,
     margin - h): the power is that normal probability integrated over V's density, over the range
-    holding all but ~1e-16 of V's law and with breakpoints at its peak and where the normal
-    probability falls from ~1 to 0, so that neither a narrow chi-square peak (many seeds) nor a
-    margin many sds wide escapes the quadrature (to ~1e-9)."""
+    holding all but ~1e-16 of V's law and with breakpoints at its mean and where the normal
+    probability falls from its largest value to 0, so that neither a narrow chi-square peak (many
+    seeds) nor a margin many sds wide escapes the quadrature (to ~1e-9; a few 1e-9 at 1e7 seeds).
+    Raises ArithmeticError if the quadrature reports an error above 1e-7."""
     from scipy import integrate, stats
 
-    _check_equivalence_design(sd, margin, alpha)
-    if isinstance(n, bool) or int(n) != n or n < 2:
+    _check_equivalence_design(sd, margin, alpha, true_difference)
+    if isinstance(n, bool) or not math.isfinite(n) or int(n) != n or n < 2:
         raise ValueError(f"power needs a whole number of at least 2 seeds (got {n})")
     df, root_n = int(n) - 1, math.sqrt(n)
     crit, se_true = float(stats.t.ppf(1 - alpha, df)), sd / root_n
@@ -345,7 +348,10 @@ def equivalence_power(true_difference: float, sd: float, n: int, margin: float, 
                                                                        margin - distance,
                                                                        margin - distance + 6 * se_true) if h > 0]
                      if low < v < high})
-    value, _ = integrate.quad(given_v, low, high, points=points or None, epsabs=1e-11, epsrel=1e-9, limit=400)
+    value, error = integrate.quad(given_v, low, high, points=points or None, epsabs=1e-11, epsrel=1e-9, limit=400)
+    if not error <= 1e-7:
+        raise ArithmeticError(f"equivalence_power({true_difference}, {sd}, {n}, {margin}, {alpha}): the quadrature's "
+                              f"error estimate is {error:.2g}")
     return min(1.0, max(0.0, value))
 
 
@@ -357,7 +363,7 @@ def equivalence_seeds_needed(sd: float, margin: float, alpha: float = 0.05, powe
     is built to fail there) or not within ``most`` seeds. A design figure for an "about 0" reading,
     as ``seeds_needed`` is for "a difference"."""
     _check_levels(alpha, power)
-    _check_equivalence_design(sd, margin, alpha)
+    _check_equivalence_design(sd, margin, alpha, true_difference)
     if abs(true_difference) >= margin:
         return None
 
