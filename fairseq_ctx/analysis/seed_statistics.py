@@ -240,6 +240,20 @@ def sd_factor_interval(n: int, confidence: float = 0.95):
     return math.sqrt(df / stats.chi2.ppf(1 - tail, df)), math.sqrt(df / stats.chi2.ppf(tail, df))
 
 
+def _smallest_enough(enough, low, most):
+    """The smallest n in (low, most] with enough(n), for an ``enough`` that stays true once it is
+    (a power growing with n): doubled until enough, then the gap halved; None if not by ``most``."""
+    high = max(low + 1, min(2 * low, most))
+    while not enough(high):
+        if high >= most:
+            return None
+        low, high = high, min(2 * high, most)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return high
+
+
 def seeds_needed(difference: float, sd: float, alpha: float = 0.05, power: float = 0.8,
                  most: int = 10_000) -> Optional[int]:
     """Smallest number of seeds whose paired t-test finds a true mean difference ``difference``
@@ -253,15 +267,7 @@ def seeds_needed(difference: float, sd: float, alpha: float = 0.05, power: float
     def enough(n):
         return t_test_power(difference, sd, n, alpha) >= power
 
-    low, high = 1, 2  # the power grows with n: double until enough, then halve the gap
-    while not enough(high):
-        if high >= most:
-            return None
-        low, high = high, min(2 * high, most)
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if enough(mid) else (mid, high)
-    return high
+    return _smallest_enough(enough, 1, most)  # the power grows with n
 
 
 def equivalence_test(diffs: Sequence[Number], margin: float, alpha: float = 0.05) -> Dict:
@@ -377,15 +383,7 @@ def equivalence_seeds_needed(sd: float, margin: float, alpha: float = 0.05, powe
     found = next((n for n in range(2, counted + 1) if enough(n)), None)
     if found is not None or counted >= most:
         return found
-    low, high = counted, min(2 * counted, most)
-    while not enough(high):
-        if high >= most:
-            return None
-        low, high = high, min(2 * high, most)
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if enough(mid) else (mid, high)
-    return high
+    return _smallest_enough(enough, counted, most)
 
 
 def curve_summary(per_seed: Mapping[object, Mapping[int, Number]]) -> Dict:
