@@ -270,6 +270,13 @@ def seeds_needed(difference: float, sd: float, alpha: float = 0.05, power: float
     return _smallest_enough(enough, 1, most)  # the power grows with n
 
 
+def _check_margin_and_alpha(margin, alpha):
+    if not (margin > 0 and math.isfinite(margin)):
+        raise ValueError(f"the margin must be positive and finite (got {margin})")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5) (got {alpha})")
+
+
 def equivalence_test(diffs: Sequence[Number], margin: float, alpha: float = 0.05) -> Dict:
     """Two one-sided t-tests (TOST) that the mean of the per-seed differences ``diffs`` lies within
     (-margin, +margin): the reading "about 0 within a margin", which "not separated" is not.
@@ -281,10 +288,7 @@ def equivalence_test(diffs: Sequence[Number], margin: float, alpha: float = 0.05
     The margin must be set before the result is seen."""
     from scipy import stats
 
-    if not (margin > 0 and math.isfinite(margin)):
-        raise ValueError(f"the margin must be positive and finite (got {margin})")
-    if not 0 < alpha < 0.5:
-        raise ValueError(f"alpha must be in (0, 0.5) (got {alpha})")
+    _check_margin_and_alpha(margin, alpha)
     xs = [float(d) for d in diffs]
     n = len(xs)
     out = {"n": n, "margin": margin, "alpha": alpha, "p": None, "ci_low": None, "ci_high": None,
@@ -308,10 +312,7 @@ def _check_equivalence_design(sd, margin, alpha, true_difference):
         raise ValueError(f"the true difference must be finite (got {true_difference})")
     if not (sd > 0 and math.isfinite(sd)):
         raise ValueError(f"the sd must be positive and finite (got {sd})")
-    if not (margin > 0 and math.isfinite(margin)):
-        raise ValueError(f"the margin must be positive and finite (got {margin})")
-    if not 0 < alpha < 0.5:
-        raise ValueError(f"alpha must be in (0, 0.5) (got {alpha})")
+    _check_margin_and_alpha(margin, alpha)
 
 
 def equivalence_power(true_difference: float, sd: float, n: int, margin: float, alpha: float = 0.05) -> float:
