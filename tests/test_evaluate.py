@@ -206,6 +206,71 @@ def test_generate_args_after_the_separator_are_used_and_recorded_or_refused(file
     assert not (files / "out").exists()
 
 
+def test_line_counts_are_checked_before_anything_is_generated(files, capsys):
+    """A 50-line --baseline-hyp against 100 references failed only after the whole generation."""
+    (files / "short").write_text("x\n")
+    (files / "ref").write_text("x\ny\n")
+    base = ["--data", str(files / "bin"), "--path", str(files / "ckpt.pt"), "--src", "en", "--tgt", "de",
+            "--ref", str(files / "ref"), "--out-dir", str(files / "out")]
+    line = _fails(capsys, [*base, "--baseline-hyp", str(files / "short")])
+    assert "--baseline-hyp" in line and "has 1 lines" in line and "has 2" in line, line
+    line = _fails(capsys, [*base, "--length-buckets", "--source", str(files / "src")])
+    assert "--source" in line and "has 1 lines" in line, line
+    assert not (files / "out").exists()
+
+
+def _evaluate_with(monkeypatch, files, generated, *options):
+    """command.run with fairseq-generate replaced by ``generated`` (its output, or an exception)."""
+    from fairseq_ctx.evaluation import generate
+
+    def fake(*_args, **_kwargs):
+        if isinstance(generated, Exception):
+            raise generated
+        return generated
+
+    monkeypatch.setattr(generate, "generate", fake)
+    (files / "ref").write_text("first\nsecond\n")
+    (files / "src").write_text("a\nb\n")
+    return command.run(_parse(files, *options, checkpoint=("--path",)))
+
+
+def _folder(path):
+    return {name: (path / name).read_bytes() for name in sorted(os.listdir(path))}
+
+
+def test_an_evaluation_replaces_the_earlier_one_in_its_folder_whole_or_not_at_all(files, monkeypatch, capsys):
+    """Into a folder that held another system's evaluation, a failed run left its new generate.out and
+    hypotheses beside the old result.json and length files, and a finished one left the old length
+    files: a folder that looked complete and mixed two systems."""
+    out = files / "out"
+    _evaluate_with(monkeypatch, files, GENERATE_OUTPUT, "--length-buckets", "--source", str(files / "src"))
+    assert {"result.json", "generate.out", "hyp.detok.de", "length.md"} <= set(os.listdir(out))
+    (out / "notes.txt").write_text("mine")  # not an evaluation's: never touched
+    first = _folder(out)
+
+    with pytest.raises(RuntimeError, match="generate broke"):
+        _evaluate_with(monkeypatch, files, RuntimeError("generate broke"))
+    assert _folder(out) == first  # nothing half-written, nothing left over
+    from fairseq_ctx.evaluation import scoring
+
+    def late(*_args, **_kwargs):
+        raise ValueError("broke late")
+
+    with monkeypatch.context() as patch:  # fails after the hypotheses are written: still nothing
+        patch.setattr(scoring, "bleu_by_length", late)
+        with pytest.raises(ValueError, match="broke late"):
+            _evaluate_with(monkeypatch, files, GENERATE_OUTPUT, "--length-buckets", "--source", str(files / "src"))
+    assert _folder(out) == first
+
+    capsys.readouterr()
+    other = GENERATE_OUTPUT.replace("first", "other")
+    result = _evaluate_with(monkeypatch, files, other)  # no --length-buckets this time
+    assert "replacing the earlier evaluation" in capsys.readouterr().err
+    assert sorted(os.listdir(out)) == ["generate.out", "hyp.detok.de", "notes.txt", "result.json"]
+    assert (out / "hyp.detok.de").read_text().splitlines() == ["other", "second"]
+    assert json.loads((out / "result.json").read_text()) == result and "length_buckets" not in result
+
+
 def test_help_lists_every_papers_defaults(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.evaluate(["--help"])

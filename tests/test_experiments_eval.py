@@ -45,6 +45,10 @@ def test_paired_bootstrap_separates_a_better_system_from_an_equal_one():
     assert scoring.significance_mark(tie["p_value"], tie["delta"]) == ""
     same = scoring.paired_bootstrap(bad, bad, refs, "en", samples=200)
     assert scoring.significance_mark(same["p_value"], same["delta"]) == ""  # no variance: never marked
+    # ... and said to be no test at all: identical outputs, or two systems that score 0 everywhere
+    assert better["p_value_meaningful"] and tie["p_value_meaningful"] and not same["p_value_meaningful"]
+    zero = scoring.paired_bootstrap(["x y z"] * 60, ["q w e"] * 60, refs, "en", samples=200)
+    assert zero["delta"] == 0 and zero["p_value"] < 0.01 and not zero["p_value_meaningful"]
 
 
 def test_bleu_by_length_uses_ten_word_buckets():

@@ -10,8 +10,12 @@ tables need.
    (compound splitting for En-De; fairseq_ctx/evaluation/scoring.py),
 5. optional: paired bootstrap against a baseline's hypotheses (--baseline-hyp), BLEU by source
    length (--length-buckets: length.md, length.png).
-Writes OUT/result.json, hyp.detok.<tgt>, generate.out; prints one line: BLEU (signature), tokenised
-BLEU, the number of sentences.
+Writes OUT/result.json, hyp.detok.<tgt>, generate.out (and length.md / length.png with
+--length-buckets, average_lastN.pt where it averages); prints one line: BLEU (signature), tokenised
+BLEU, the number of sentences. All or nothing: the files are made in a temporary folder inside OUT
+and moved in only when every one is done, result.json last, replacing (and saying so) what an
+earlier evaluation left in OUT; a failed evaluation leaves OUT as it was. Line counts (--ref,
+--baseline-hyp, --source) are checked before fairseq-generate runs.
 
 --paper P sets beam, length penalty, checkpoint choice, output length bound and tokenised-BLEU
 compound splitting to that paper's evaluation (the table below: fairseq_ctx/evaluation/defaults.py,
@@ -27,7 +31,9 @@ import argparse
 import json
 import re
 import os
+import shutil
 import sys
+import tempfile
 
 from ..atomic import atomic_write
 from .defaults import DEFAULT_PAPER, PAPER_DEFAULTS, defaults_table
@@ -50,19 +56,63 @@ def strip_concat(lines):
 def run(args, extra_env=None):
     """Evaluate with resolved arguments (see :func:`parse`); returns what result.json holds.
     ``extra_env``: variables for the fairseq-generate subprocess (see ``generate``)."""
+    out_dir = args.out_dir
+    os.makedirs(out_dir, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix="partial-evaluate.", dir=out_dir)
+    try:
+        result = _evaluate_into(args, staging, extra_env)
+        _publish(staging, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
+_EVALUATION_OUTPUT = re.compile(r"result\.json|generate\.out|hyp\.detok\.[A-Za-z_-]+|length\.(md|png)|average_last\d+\.pt")
+
+
+def _evaluate_outputs(folder):
+    """The files an evaluation writes that ``folder`` holds."""
+    return sorted(name for name in os.listdir(folder)
+                  if _EVALUATION_OUTPUT.fullmatch(name) and os.path.isfile(os.path.join(folder, name)))
+
+
+def _publish(staging, out_dir):
+    """Move the finished files of ``staging`` into ``out_dir``, replacing an earlier evaluation's:
+    its result.json goes first (a folder without one holds no finished evaluation), then its files
+    this one does not write (length.md of a run with --length-buckets, say); result.json comes in
+    last."""
+    earlier = _evaluate_outputs(out_dir)
+    marker = os.path.join(out_dir, "result.json")
+    if "result.json" in earlier:
+        try:
+            with open(marker, encoding="utf-8") as handle:
+                before = json.load(handle).get("checkpoint")
+        except (OSError, ValueError, AttributeError):
+            before = None
+        print(f"evaluate: replacing the earlier evaluation in {out_dir}" + (f" (of {before})" if before else ""),
+              file=sys.stderr, flush=True)
+        os.unlink(marker)
+    new = _evaluate_outputs(staging)
+    for name in earlier:
+        if name != "result.json" and name not in new:
+            os.unlink(os.path.join(out_dir, name))
+    for name in sorted(new, key=lambda n: n == "result.json"):
+        os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+
+
+def _evaluate_into(args, staging, extra_env):
+    """The evaluation, its files written into ``staging`` under the names they get in args.out_dir."""
     from ..data.tokenize import detokenizer, tokenizer
     from . import scoring
     from .generate import generate, parse_hypotheses
 
-    out_dir = args.out_dir
-    os.makedirs(out_dir, exist_ok=True)
     result = {}
     if args.path:
         checkpoint = args.path
     elif args.average_last:
         from .average import average_last
 
-        checkpoint = os.path.join(out_dir, f"average_last{args.average_last}.pt")
+        checkpoint = os.path.join(staging, f"average_last{args.average_last}.pt")
         try:
             averaged = average_last(args.save_dir, args.average_last, checkpoint)
         except FileNotFoundError as error:
@@ -86,12 +136,14 @@ def run(args, extra_env=None):
     detok = detokenizer(args.tgt)
     hypotheses = [detok(h) for h in hypotheses]
     compound = scoring.compound_flag(args.compound_split)
+    if args.average_last and not args.path:  # recorded where it will be once published
+        checkpoint = os.path.join(args.out_dir, os.path.basename(checkpoint))
     result.update(checkpoint=checkpoint, subset=args.subset, beam=args.beam, sentences=len(references))
     result["sacrebleu"] = scoring.score(hypotheses, references, args.tgt)
     result["tokenized"] = scoring.tokenized_bleu(hypotheses, references, args.tgt, compound)
-    with atomic_write(os.path.join(out_dir, "generate.out")) as handle:
+    with atomic_write(os.path.join(staging, "generate.out")) as handle:
         handle.write(output)
-    with atomic_write(os.path.join(out_dir, f"hyp.detok.{args.tgt}")) as handle:
+    with atomic_write(os.path.join(staging, f"hyp.detok.{args.tgt}")) as handle:
         handle.writelines(h + "\n" for h in hypotheses)
     if args.baseline_hyp:
         baseline = read_lines(args.baseline_hyp)
@@ -104,11 +156,11 @@ def run(args, extra_env=None):
         rows = scoring.bleu_by_length(lengths, hypotheses, references, args.tgt, width=args.bucket_width,
                                       compound=compound)
         result["length_buckets"] = rows
-        with atomic_write(os.path.join(out_dir, "length.md")) as handle:
+        with atomic_write(os.path.join(staging, "length.md")) as handle:
             handle.write(scoring.markdown_table(["source length", "sentences", "BLEU"],
                                                 [(r["bucket"], r["sentences"], r["bleu"]) for r in rows]))
         try:
-            scoring.plot_length_buckets({args.name or "system": rows}, os.path.join(out_dir, "length.png"))
+            scoring.plot_length_buckets({args.name or "system": rows}, os.path.join(staging, "length.png"))
         except RuntimeError as error:
             print(f"evaluate: {error}", file=sys.stderr)
     result["name"] = args.name
@@ -121,7 +173,7 @@ def run(args, extra_env=None):
     if args.provenance and os.path.exists(args.provenance):
         with open(args.provenance, encoding="utf-8") as handle:
             result["provenance"] = json.load(handle)
-    with atomic_write(os.path.join(out_dir, "result.json")) as handle:
+    with atomic_write(os.path.join(staging, "result.json")) as handle:
         json.dump(result, handle, indent=1)
     return result
 
@@ -234,9 +286,21 @@ def resolve(args, parser):
         args.average_last = 0  # the file given is evaluated as it is
     if args.length_buckets and not args.source:
         parser.error("--length-buckets needs --source (the raw source of the subset)")
+    if args.bucket_width < 1:
+        parser.error(f"--bucket-width must be at least 1, not {args.bucket_width}")
     for path in filter(None, (args.data, args.ref, args.source, args.baseline_hyp, args.path, args.save_dir)):
         if not os.path.exists(path):
             parser.error(f"not found: {path}")
+    # before fairseq-generate runs, not after: each is read line by line against the references
+    lines = {}
+    for option, path in (("--ref", args.ref), ("--baseline-hyp", args.baseline_hyp),
+                         ("--source", args.source if args.length_buckets else None)):
+        if path:
+            lines[option] = (path, len(read_lines(path)))
+    for option, (path, count) in lines.items():
+        if count != lines["--ref"][1]:
+            parser.error(f"{option} {path} has {count} lines but --ref {args.ref} has {lines['--ref'][1]}: "
+                         "they must be line-parallel (one line per sentence of the subset)")
     return args
 
 
@@ -276,5 +340,6 @@ def main(argv=None):
             f"tokenized {result['tokenized']['bleu']}; {result['sentences']} sentences")
     if "bootstrap" in result:
         b = result["bootstrap"]
-        line += f"; vs baseline {b['delta']:+.2f} p={b['p_value']:.4f}"
+        line += f"; vs baseline {b['delta']:+.2f} {b['on']}, paired bootstrap " + (
+            f"p={b['p_value']:.4f}" if b["p_value_meaningful"] else "p not meaningful (equal scores)")
     print(line)
