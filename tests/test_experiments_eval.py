@@ -144,3 +144,21 @@ def test_a_one_process_command_names_its_world_size(setting, gpus):
     # without it fairseq-train takes every visible GPU: 8 processes (8x the batch) for --gpus 1 on an 8-GPU node
     cmd = train.build_command(os.path.join(train.CONFIGS, "yang2019", "both.args"), setting, "BIN", "SAVE", gpus=gpus)
     assert cmd[cmd.index("--distributed-world-size") + 1] == "1"
+
+
+def test_the_cpu_setting_trains_with_a_batch_where_nothing_else_gives_one():
+    """fairseq-ctx-train wang2019/deep_tam.args cpu stopped at once in fairseq ("Must specify batch
+    size"): no config of Yang / Wang / Cao names one, the cpu setting named none either."""
+    config = os.path.join(train.CONFIGS, "wang2019", "deep_tam.args")
+
+    def given(cmd, name):
+        return [cmd[i + 1] for i, word in enumerate(cmd) if word == name]
+
+    assert given(train.build_command(config, "cpu", "BIN", "SAVE"), "--max-tokens") == [str(train.CPU_MAX_TOKENS)]
+    # one given after -- (or by the config, or the runner's --cpu-max-tokens) is the only one
+    assert given(train.build_command(config, "cpu", "BIN", "SAVE", extra=["--max-tokens", "300"]), "--max-tokens") == ["300"]
+    assert not given(train.build_command(config, "cpu", "BIN", "SAVE", extra=["--batch-size=8"]), "--max-tokens")
+    lstm = train.build_command(os.path.join(train.CONFIGS, "iida2019", "lstm_multihop.args"), "cpu", "BIN", "SAVE")
+    assert given(lstm, "--max-tokens") == ["2000"]
+    smoke = train.hardware("cpu", cpu_max_tokens=1024)
+    assert given(train.build_command(config, "cpu", "BIN", "SAVE", hw=smoke), "--max-tokens") == ["1024"]

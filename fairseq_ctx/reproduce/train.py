@@ -16,7 +16,8 @@ unless --allow-batch-change):
   iida    2 GPUs x 2000 tokens, fp32 (Iida: NAG lr 0.005, 20 epochs in configs/iida2019/train.args)
   modern  bf16 on --gpus G (default: all visible), the SAME effective batch as the paper's
           setting (--reference, default the paper's own), max-tokens per GPU <= --max-tokens-per-gpu
-  cpu     --cpu, fp32, 1 process (tests, smoke runs)
+  cpu     --cpu, fp32, 1 process (tests, smoke runs); --max-tokens 4096 (the demo's) unless the
+          config or the options after -- give a batch (--max-tokens / --batch-size)
 
 Launchers: ``spawn`` (default): fairseq-train --distributed-world-size N on one node (fairseq
 spawns one process per GPU). ``torchrun``: torchrun --nproc-per-node N [--nnodes M --node-rank R
@@ -177,6 +178,10 @@ def _visible_gpus():
         return 0
 
 
+# the cpu setting's batch where nothing else gives one (the demo's, fairseq_ctx/configs/demo/train.common)
+CPU_MAX_TOKENS = 4096
+BATCH_OPTIONS = ("--max-tokens", "--batch-size", "--max-sentences")
+
 # fairseq's translation task, except that a training resumed in a later epoch keeps the batches
 # the uninterrupted one has (fairseq_ctx/tasks/translation_exact_resume.py): every training
 # command runs it unless its settings name a task
@@ -191,7 +196,10 @@ def build_command(config, setting, data, save_dir, extra=(), launcher="spawn", g
                         allow_batch_change=allow_batch_change)
     # --required-batch-size-multiple 1: fairseq drops the last batch of validation otherwise
     words = model_args(config)
-    args = [data, "--user-dir", USER_DIR, *words, *hardware_args(hw),
+    batch = hardware_args(hw)
+    if hw.precision == "cpu" and not any(option_value([*batch, *words, *extra], name) for name in BATCH_OPTIONS):
+        batch += ["--max-tokens", str(CPU_MAX_TOKENS)]  # fairseq-train starts with none only to stop at once
+    args = [data, "--user-dir", USER_DIR, *words, *batch,
             "--save-dir", save_dir, "--required-batch-size-multiple", "1", *extra]
     if not any(w == "--task" or w.startswith("--task=") for w in [*words, *extra]):
         args += ["--task", EXACT_RESUME_TASK]
