@@ -101,3 +101,16 @@ def test_parameter_table_prints_paper_and_ours_side_by_side(tmp_path, capsys):
     tables.main("iida2019_table5", ["--table-only", "--results", str(tmp_path)])
     out = capsys.readouterr().out
     assert re.search(r"\| 68,460,544 \| 68,460,544 \(68\.5M\) \| \+0 \|", out), out
+
+
+def test_table_only_assembles_without_measuring_speed(tmp_path, capsys, monkeypatch):
+    """--table-only on a table with speed columns built base-size models and benchmarked them for
+    minutes before printing anything: it now prints what was measured, and says what was not."""
+    from fairseq_ctx import benchmarking
+
+    measured = []
+    monkeypatch.setattr(benchmarking, "run_benchmark", lambda *a, **k: measured.append(a) or {"rows": []})
+    tables.main("wang2019_table1", ["--table-only", "--results", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert not measured and not list(tmp_path.rglob("speed-*.json"))
+    assert "never measured" in captured.err and "missing" in captured.out

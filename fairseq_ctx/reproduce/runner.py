@@ -646,9 +646,10 @@ def load_result(cell, subset=None) -> Optional[dict]:
 # -- speed columns (Yang Table 1, Wang Table 1) ----------------------------------------------------
 
 
-def speed_ratios(table, rows, results, smoke, device=None):
+def speed_ratios(table, rows, results, smoke, device=None, measure=True):
     """Train / decode speed of every row as a ratio to the first row's, measured by the
-    benchmark harness on one batch (fairseq_ctx.benchmarking); cached per table and scale."""
+    benchmark harness on one batch (fairseq_ctx.benchmarking); cached per table and scale.
+    ``measure`` False (--table-only): the cached figures, or None where none were measured."""
     import torch
 
     from .. import benchmarking as bench
@@ -658,6 +659,8 @@ def speed_ratios(table, rows, results, smoke, device=None):
     if os.path.exists(path):
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
+    if not measure:
+        return None
     specs = []
     for index, row in enumerate(rows):
         args = shlex.join(train_mod.read_args_file(os.path.join(CONFIGS, row.config)))
@@ -816,10 +819,14 @@ def main(table_key, argv=None):
     speed, speed_failed = None, False
     if table.speed and not options.no_speed and not options.dry_run:
         try:
-            speed = speed_ratios(table, rows, options.results, options.smoke)
+            speed = speed_ratios(table, rows, options.results, options.smoke, measure=not options.table_only)
         except Exception as error:  # noqa: BLE001  (the BLEU table still prints; the failure is counted)
             speed, speed_failed = {}, True
             print(f"reproduce: speed columns failed: {type(error).__name__}: {error}", file=sys.stderr)
+        if speed is None:  # --table-only assembles; measuring takes minutes (base-size models)
+            speed = {}
+            print("reproduce: --table-only: the speed columns were never measured for this table and scale "
+                  "(a run without --table-only measures them; --no-speed leaves them out)", file=sys.stderr)
     text = format_table(table, cells, counts, speed, notes)
     print(text)
     if options.output:
