@@ -340,3 +340,31 @@ def test_average_checkpoints_command_with_too_few_is_one_message(files, capsys):
         average.main(["--save-dir", str(files / "ckpts"), "--last", "3", "--output", str(files / "avg.pt")])
     assert exit_info.value.code == 2 and "found 1" in capsys.readouterr().err
     assert not (files / "avg.pt").exists()
+
+
+def test_average_checkpoints_never_replaces_a_training_checkpoint_or_an_existing_file(files, capsys):
+    """--output ckpts/checkpoint_best.pt replaced the training's best checkpoint, and an average
+    written as checkpoint_last.pt was resumed by fairseq-train from update 0, without a word."""
+    import torch
+
+    from fairseq_ctx.evaluation import average
+
+    for n in (1, 2):
+        torch.save({"model": {"w": torch.full((2,), float(n))}}, files / "ckpts" / f"checkpoint_1_{n}00.pt")
+    before = {p.name: p.read_bytes() for p in (files / "ckpts").iterdir()}
+    for name in ("checkpoint_best.pt", "checkpoint_last.pt", "checkpoint3.pt", "checkpoint_1_200.pt",
+                 "checkpoint_last-shard0.pt", "checkpoint.best_loss_4.20.pt"):
+        with pytest.raises(SystemExit) as exit_info:
+            average.main(["--save-dir", str(files / "ckpts"), "--last", "2", "--output", str(files / "ckpts" / name)])
+        assert exit_info.value.code == 2 and "named as fairseq names" in capsys.readouterr().err, name
+    assert {p.name: p.read_bytes() for p in (files / "ckpts").iterdir()} == before
+
+    out = files / "average_last2.pt"
+    average.main(["--save-dir", str(files / "ckpts"), "--last", "2", "--output", str(out)])
+    assert torch.load(out, weights_only=True)["model"]["w"].tolist() == [1.5, 1.5]
+    out.write_bytes(b"mine")
+    with pytest.raises(SystemExit) as exit_info:
+        average.main(["--save-dir", str(files / "ckpts"), "--last", "2", "--output", str(out)])
+    assert exit_info.value.code == 2 and "--overwrite" in capsys.readouterr().err and out.read_bytes() == b"mine"
+    average.main(["--save-dir", str(files / "ckpts"), "--last", "2", "--output", str(out), "--overwrite"])
+    assert torch.load(out, weights_only=True)["model"]["w"].tolist() == [1.5, 1.5]

@@ -4,6 +4,12 @@ dicts; fairseq upgrades old checkpoint formats itself when it loads the average)
 
 Usage: fairseq-ctx-average-checkpoints --save-dir CKPTS --last 5 --output avg.pt
        [--by updates|epochs]   (checkpoint_<epoch>.pt or checkpoint_<epoch>_<updates>.pt)
+       [--overwrite]           (replace an existing --output)
+
+--output may not be named as fairseq names a training's checkpoints (checkpoint_last.pt,
+checkpoint_best.pt, checkpoint<E>.pt, checkpoint_<E>_<U>.pt): an average written over one replaces
+it, and fairseq-train resumes from an average named checkpoint_last.pt with its update count, lr
+schedule and optimizer started over, without a word.
 """
 import argparse
 import collections
@@ -12,6 +18,10 @@ import re
 import sys
 
 import torch
+
+
+# the names fairseq-train gives its checkpoints (with --checkpoint-suffix before ".pt")
+TRAINING_CHECKPOINT = re.compile(r"checkpoint(_last|_best|\.best_|\d+|_\d+_\d+)[^/]*\.pt")
 
 
 def last_checkpoints(save_dir, n, by="auto"):
@@ -115,7 +125,14 @@ def main(argv=None):
     parser.add_argument("--last", type=int, default=5)
     parser.add_argument("--by", choices=["auto", "updates", "epochs"], default="auto")
     parser.add_argument("--output", required=True)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     args = parser.parse_args(argv)
+    if TRAINING_CHECKPOINT.fullmatch(os.path.basename(args.output)):
+        parser.exit(2, f"average-checkpoints: --output {args.output} is named as fairseq names a training's "
+                       "checkpoints: an average there would replace one, or be resumed from as if it were one "
+                       "(name it e.g. average_last5.pt)\n")
+    if os.path.exists(args.output) and not args.overwrite:
+        parser.exit(2, f"average-checkpoints: --output {args.output} exists: --overwrite replaces it\n")
     try:
         paths = average_last(args.save_dir, args.last, args.output, args.by)
     except FileNotFoundError as error:
