@@ -243,6 +243,19 @@ def test_a_size_that_is_not_a_count_is_refused_before_anything_is_written(tmp_pa
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("words, message", [
+    (["--limit"], "--limit needs a value (see --help)"),  # was bash's "$2: unbound variable"
+    (["--out", "--limit", "5"], "--out needs a value (see --help)"),
+    (["--src", "en", "--tgt", "fr"], "--src en --tgt fr: the pair zh-en has the languages zh and en"),
+    (["--pair", "ja-en", "--src", "zh"], "--src zh --tgt en: the pair ja-en has the languages ja and en"),
+])
+def test_a_missing_value_or_a_language_outside_the_pair_is_one_message(tmp_path, words, message):
+    out = [] if words[0] == "--out" else ["--out", str(tmp_path / "x")]
+    proc = prepare(*out, "--archive", str(tmp_path / "none.whl"), *words)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"prepare-tatoeba: {message}", proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.parametrize("size, message", [("-1", "--test-size: a whole number of at least 1, not '-1'"),
                                            ("0", "--test-size: a whole number of at least 1, not '0'")])
 def test_the_split_module_refuses_a_held_out_size_below_one(tmp_path, size, message):

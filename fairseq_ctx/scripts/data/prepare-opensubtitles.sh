@@ -23,14 +23,14 @@ source "$here/common.sh"
 direction=ja-en; out=; local_dir=; offline=; cache=; vocab=32000; variant=both; checksums=
 while [ $# -gt 0 ]; do
     case "$1" in
-        --direction) direction=$2; shift 2 ;;
-        --out) out=$2; shift 2 ;;
-        --local-dir) local_dir=$2; shift 2 ;;
+        --direction) needs_value "$@"; direction=$2; shift 2 ;;
+        --out) needs_value "$@"; out=$2; shift 2 ;;
+        --local-dir) needs_value "$@"; local_dir=$2; shift 2 ;;
         --offline) offline=1; shift ;;
-        --cache) cache=$2; shift 2 ;;
-        --vocab-size) vocab=$2; shift 2 ;;
-        --variant) variant=$2; shift 2 ;;
-        --checksums) checksums=$2; shift 2 ;;
+        --cache) needs_value "$@"; cache=$2; shift 2 ;;
+        --vocab-size) needs_value "$@"; vocab=$2; shift 2 ;;
+        --variant) needs_value "$@"; variant=$2; shift 2 ;;
+        --checksums) needs_value "$@"; checksums=$2; shift 2 ;;
         -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac

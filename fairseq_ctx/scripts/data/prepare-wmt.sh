@@ -35,19 +35,19 @@ corpus=; out=; local_dir=; offline=; cache=; reverse=; merges=32000; bpe=; max_l
 extra=(); without_cwmt=; checksums=
 while [ $# -gt 0 ]; do
     case "$1" in
-        --corpus) corpus=$2; shift 2 ;;
-        --out) out=$2; shift 2 ;;
-        --local-dir) local_dir=$2; shift 2 ;;
+        --corpus) needs_value "$@"; corpus=$2; shift 2 ;;
+        --out) needs_value "$@"; out=$2; shift 2 ;;
+        --local-dir) needs_value "$@"; local_dir=$2; shift 2 ;;
         --offline) offline=1; shift ;;
-        --cache) cache=$2; shift 2 ;;
+        --cache) needs_value "$@"; cache=$2; shift 2 ;;
         --reverse) reverse=1; shift ;;
-        --merges) merges=$2; shift 2 ;;
-        --bpe) bpe=$2; shift 2 ;;
-        --max-len) max_len=$2; shift 2 ;;
-        --ratio) ratio=$2; shift 2 ;;
-        --extra-train) extra+=(--extra-train "$2"); shift 2 ;;
+        --merges) needs_value "$@"; merges=$2; shift 2 ;;
+        --bpe) needs_value "$@"; bpe=$2; shift 2 ;;
+        --max-len) needs_value "$@"; max_len=$2; shift 2 ;;
+        --ratio) needs_value "$@"; ratio=$2; shift 2 ;;
+        --extra-train) needs_value "$@"; extra+=(--extra-train "$2"); shift 2 ;;
         --without-cwmt) without_cwmt=1; shift ;;
-        --checksums) checksums=$2; shift 2 ;;
+        --checksums) needs_value "$@"; checksums=$2; shift 2 ;;
         -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
