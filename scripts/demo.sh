@@ -20,6 +20,8 @@
 # CUDA_VISIBLE_DEVICES), each row sees one of them, round-robin in row order, so that every
 # row trains with the one-device batch of the table; DEMO_ALL_GPUS=1 gives every row all.
 set -euo pipefail
+# a DEMO_DIR given relative is the caller's (the script works from the checkout's root)
+if [ -n "${DEMO_DIR:-}" ]; then DEMO_DIR=$(realpath -m -- "$DEMO_DIR"); fi
 cd "$(dirname "$0")/.."
 DEMO_UPDATES=${DEMO_UPDATES:-400}
 DEMO_ROWS=${DEMO_ROWS:-*}

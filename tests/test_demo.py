@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import ROOT, TINY_TEST_SENTENCES, cli_env
 
 
-def run_demo(demo_dir, env_extra=None):
+def run_demo(demo_dir, env_extra=None, cwd=ROOT):
     env = cli_env()
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env.update(DEMO_DIR=str(demo_dir), DEMO_ROWS="00-*", DEMO_UPDATES="2", DEMO_BEAM="2",
@@ -18,13 +18,14 @@ def run_demo(demo_dir, env_extra=None):
                DEMO_PREP_ARGS=f"--limit 400 --valid-size 20 --test-size {TINY_TEST_SENTENCES} --merges 300")
     env.update(env_extra or {})
     return subprocess.run(["bash", os.path.join(ROOT, "scripts", "demo.sh")], capture_output=True, text=True,
-                          env=env, cwd=ROOT)
+                          env=env, cwd=cwd)
 
 
 def test_demo_trains_a_row_scores_every_sentence_and_prints_the_table(tiny_corpus, tmp_path):
     demo_dir = tmp_path / "demo"
     shutil.copytree(tiny_corpus, demo_dir / "data")  # same settings: the prepare steps are skipped
-    first = run_demo(demo_dir)
+    # DEMO_DIR relative to where the user is, not to the checkout demo.sh works from
+    first = run_demo("demo", cwd=tmp_path)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-4000:]
     assert "00-transformer: training 2 updates" in first.stdout
     table = (demo_dir / "table.md").read_text()
@@ -38,6 +39,7 @@ def test_demo_trains_a_row_scores_every_sentence_and_prints_the_table(tiny_corpu
 
     again = run_demo(demo_dir)
     assert again.returncode == 0, again.stderr[-3000:]
+    assert not os.path.exists(os.path.join(ROOT, "demo"))
     assert "00-transformer: done already" in again.stdout and "training" not in again.stdout
 
 
