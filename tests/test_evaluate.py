@@ -184,6 +184,8 @@ def test_unknown_paper_is_one_clear_error_with_exit_2(files, capsys):
     without_save_dir = base[:2] + base[4:]
     assert "--average-last" in _fails(capsys, ["--path", str(files / "ckpt.pt"), "--average-last", "3", *without_save_dir])
     assert "--source" in _fails(capsys, ["--length-buckets", *base])
+    assert "--bucket-width must be at least 1" in _fails(capsys, ["--length-buckets", "--source", str(files / "src"),
+                                                                   "--bucket-width", "0", *base])
     assert not (files / "out").exists()
 
 
@@ -266,9 +268,61 @@ def test_an_evaluation_replaces_the_earlier_one_in_its_folder_whole_or_not_at_al
     other = GENERATE_OUTPUT.replace("first", "other")
     result = _evaluate_with(monkeypatch, files, other)  # no --length-buckets this time
     assert "replacing the earlier evaluation" in capsys.readouterr().err
-    assert sorted(os.listdir(out)) == ["generate.out", "hyp.detok.de", "notes.txt", "result.json"]
+    assert _visible(out) == ["generate.out", "hyp.detok.de", "notes.txt", "result.json"]
     assert (out / "hyp.detok.de").read_text().splitlines() == ["other", "second"]
     assert json.loads((out / "result.json").read_text()) == result and "length_buckets" not in result
+
+
+def _visible(folder):
+    return sorted(name for name in os.listdir(folder) if not name.startswith("."))
+
+
+def test_an_evaluation_keeps_the_checkpoint_it_evaluates_and_any_target_language_name(files, monkeypatch):
+    """The average an earlier evaluation kept in OUT, evaluated again with --path into OUT, was
+    deleted as an earlier output; a --tgt with a digit lost its hypotheses file."""
+    from fairseq_ctx.evaluation import generate
+
+    monkeypatch.setattr(generate, "generate", lambda *a, **k: GENERATE_OUTPUT)
+    out = files / "out"
+    out.mkdir()
+    (out / "average_last5.pt").write_bytes(b"weights")
+    (out / "partial-evaluate.killed").mkdir()  # left by an evaluation killed before its finally
+    (files / "ref").write_text("first\nsecond\n")
+    args = command.parse(["--data", str(files / "bin"), "--path", str(out / "average_last5.pt"), "--src", "en",
+                          "--tgt", "de2", "--ref", str(files / "ref"), "--out-dir", str(out)])
+    command.run(args)
+    assert _visible(out) == ["average_last5.pt", "generate.out", "hyp.detok.de2", "result.json"]
+    assert (out / "average_last5.pt").read_bytes() == b"weights"
+
+
+def test_a_second_evaluation_into_the_same_folder_is_refused_at_once(files, monkeypatch, capsys):
+    from fairseq_ctx.evaluation import generate
+    from fairseq_ctx.run_lock import RunLock
+
+    monkeypatch.setattr(generate, "generate", lambda *a, **k: pytest.fail("generated while another evaluation ran"))
+    (files / "out").mkdir()
+    with RunLock(str(files / "out"), ".evaluate.lock", inherited=False):
+        with pytest.raises(SystemExit) as exit_info:
+            command.main(["--data", str(files / "bin"), "--path", str(files / "ckpt.pt"), "--src", "en", "--tgt", "de",
+                          "--ref", str(files / "ref"), "--out-dir", str(files / "out")])
+    assert "another evaluation is writing" in str(exit_info.value.code)
+    assert _visible(files / "out") == []
+
+
+def test_the_printed_line_says_when_the_bootstrap_is_no_test(files, monkeypatch, capsys):
+    bootstrap = {"baseline": 0.0, "system": 0.0, "delta": 0.0, "p_value": 0.001, "samples": 1000,
+                 "p_value_meaningful": False, "on": "tokenized BLEU"}
+    result = {"sacrebleu": {"bleu": 0.0, "signature": "sig"}, "tokenized": {"bleu": 0.0}, "sentences": 1,
+              "bootstrap": bootstrap}
+    monkeypatch.setattr(command, "run", lambda args: result)
+    argv = ["--data", str(files / "bin"), "--path", str(files / "ckpt.pt"), "--src", "en", "--tgt", "de",
+            "--ref", str(files / "ref"), "--out-dir", str(files / "out")]
+    command.main(argv)
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert "+0.00 tokenized BLEU" in line and "p not meaningful" in line and "p=" not in line, line
+    bootstrap.update(p_value_meaningful=True, delta=1.5, system=1.5)
+    command.main(argv)
+    assert "+1.50 tokenized BLEU, paired bootstrap p=0.0010" in capsys.readouterr().out
 
 
 def test_help_lists_every_papers_defaults(capsys):

@@ -14,7 +14,8 @@ Writes OUT/result.json, hyp.detok.<tgt>, generate.out (and length.md / length.pn
 --length-buckets, average_lastN.pt where it averages); prints one line: BLEU (signature), tokenised
 BLEU, the number of sentences. All or nothing: the files are made in a temporary folder inside OUT
 and moved in only when every one is done, result.json last, replacing (and saying so) what an
-earlier evaluation left in OUT; a failed evaluation leaves OUT as it was. Line counts (--ref,
+earlier evaluation left in OUT (checkpoints in OUT are kept); a failed evaluation leaves OUT as it
+was. One evaluation at a time per OUT (a second is refused at once). Line counts (--ref,
 --baseline-hyp, --source) are checked before fairseq-generate runs.
 
 --paper P sets beam, length penalty, checkpoint choice, output length bound and tokenised-BLEU
@@ -28,6 +29,7 @@ Usage: fairseq-ctx-evaluate [--paper P] --data BIN (--save-dir CKPTS | --path CK
            [--baseline-hyp OTHER/hyp.detok.de] [--beam N --lenpen X ...] [-- extra fairseq-generate args]
 """
 import argparse
+import glob
 import json
 import re
 import os
@@ -56,32 +58,38 @@ def strip_concat(lines):
 def run(args, extra_env=None):
     """Evaluate with resolved arguments (see :func:`parse`); returns what result.json holds.
     ``extra_env``: variables for the fairseq-generate subprocess (see ``generate``)."""
+    from ..data.streaming import _terminate_as_exit
+    from ..run_lock import RunLock
+
     out_dir = args.out_dir
     os.makedirs(out_dir, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix="partial-evaluate.", dir=out_dir)
-    try:
-        result = _evaluate_into(args, staging, extra_env)
-        _publish(staging, out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    # one evaluation at a time per folder; SIGTERM (a scheduler's limit) ends it through the finally
+    with RunLock(out_dir, ".evaluate.lock", inherited=False, guards="a second evaluation writing into this folder"), \
+            _terminate_as_exit():
+        for leftover in glob.glob(os.path.join(out_dir, f"{STAGING_PREFIX}*")):  # of a killed evaluation
+            shutil.rmtree(leftover, ignore_errors=True)
+        staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir)
+        try:
+            result = _evaluate_into(args, staging, extra_env)
+            _publish(staging, out_dir)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return result
 
 
-_EVALUATION_OUTPUT = re.compile(r"result\.json|generate\.out|hyp\.detok\.[A-Za-z_-]+|length\.(md|png)|average_last\d+\.pt")
-
-
-def _evaluate_outputs(folder):
-    """The files an evaluation writes that ``folder`` holds."""
-    return sorted(name for name in os.listdir(folder)
-                  if _EVALUATION_OUTPUT.fullmatch(name) and os.path.isfile(os.path.join(folder, name)))
+STAGING_PREFIX = "partial-evaluate."
+# what an earlier evaluation wrote that a new one replaces or removes (never a checkpoint: the
+# average it kept may be the --path of this one)
+_EARLIER_OUTPUT = re.compile(r"result\.json|generate\.out|hyp\.detok\..+|length\.(md|png)")
 
 
 def _publish(staging, out_dir):
-    """Move the finished files of ``staging`` into ``out_dir``, replacing an earlier evaluation's:
-    its result.json goes first (a folder without one holds no finished evaluation), then its files
-    this one does not write (length.md of a run with --length-buckets, say); result.json comes in
-    last."""
-    earlier = _evaluate_outputs(out_dir)
+    """Move every file of ``staging`` (this evaluation's, finished) into ``out_dir``, replacing an
+    earlier evaluation's: its result.json goes first (a folder without one holds no finished
+    evaluation), then its outputs this one does not write (length.md of a run with
+    --length-buckets, say); result.json comes in last."""
+    earlier = sorted(name for name in os.listdir(out_dir)
+                     if _EARLIER_OUTPUT.fullmatch(name) and os.path.isfile(os.path.join(out_dir, name)))
     marker = os.path.join(out_dir, "result.json")
     if "result.json" in earlier:
         try:
@@ -92,7 +100,7 @@ def _publish(staging, out_dir):
         print(f"evaluate: replacing the earlier evaluation in {out_dir}" + (f" (of {before})" if before else ""),
               file=sys.stderr, flush=True)
         os.unlink(marker)
-    new = _evaluate_outputs(staging)
+    new = sorted(os.listdir(staging))
     for name in earlier:
         if name != "result.json" and name not in new:
             os.unlink(os.path.join(out_dir, name))
@@ -333,9 +341,14 @@ def evaluate(argv, extra_env=None):
 
 
 def main(argv=None):
+    from ..run_lock import RunInUse
+
     args = parse(argv)
     print(f"evaluate {describe(args)}", flush=True)
-    result = run(args)
+    try:
+        result = run(args)
+    except RunInUse as error:
+        sys.exit(f"evaluate: {error}: another evaluation is writing into this --out-dir")
     line = (f"BLEU {result['sacrebleu']['bleu']} ({result['sacrebleu']['signature']}); "
             f"tokenized {result['tokenized']['bleu']}; {result['sentences']} sentences")
     if "bootstrap" in result:
