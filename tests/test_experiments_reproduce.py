@@ -114,3 +114,13 @@ def test_table_only_assembles_without_measuring_speed(tmp_path, capsys, monkeypa
     captured = capsys.readouterr()
     assert not measured and not list(tmp_path.rglob("speed-*.json"))
     assert "never measured" in captured.err and "missing" in captured.out
+    # measured on a GPU node, assembled on a CPU one: that device's figures, named in the footer
+    import json
+
+    (tmp_path / "wang2019").mkdir(exist_ok=True)
+    (tmp_path / "wang2019" / "speed-table1-base-cuda.json").write_text(json.dumps(
+        {"base": {"train": "1.00", "decode": "1.00"}, "_meta": {"device": "cuda", "dims": "base", "src_len": 30,
+                                                                "dtype": "bf16"}}))
+    tables.main("wang2019_table1", ["--table-only", "--results", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert not measured and "never measured" not in captured.err and "cuda" in captured.out

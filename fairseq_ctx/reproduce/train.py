@@ -706,6 +706,10 @@ def main(argv=None):
         print(f"train: warning: {warning}", file=sys.stderr, flush=True)
     if hw.effective is not None:
         print(f"effective batch: {hw.effective} tokens ({hw.describe()})", flush=True)
+    elif hw.precision == "cpu" and not any(option_value([*model_args(args.config), *extra], name)
+                                           for name in BATCH_OPTIONS):
+        print(f"train: the cpu setting: --max-tokens {CPU_MAX_TOKENS} x {hw.world} process(es) (no batch given "
+              "after '--' or in the config)", flush=True)
     print(shlex.join(cmd), flush=True)
     if args.dry_run:
         # what the real start would do first: leave a finished training alone, repair a cut-off last
