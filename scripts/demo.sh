@@ -21,7 +21,7 @@
 # row trains with the one-device batch of the table; DEMO_ALL_GPUS=1 gives every row all.
 set -euo pipefail
 # a DEMO_DIR given relative is the caller's (the script works from the checkout's root)
-if [ -n "${DEMO_DIR:-}" ]; then DEMO_DIR=$(realpath -m -- "$DEMO_DIR"); fi
+case "${DEMO_DIR:-/}" in /*) ;; *) DEMO_DIR=$PWD/$DEMO_DIR ;; esac
 cd "$(dirname "$0")/.."
 DEMO_UPDATES=${DEMO_UPDATES:-400}
 DEMO_ROWS=${DEMO_ROWS:-*}

@@ -243,11 +243,29 @@ def test_a_size_that_is_not_a_count_is_refused_before_anything_is_written(tmp_pa
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("script", ["data/prepare-wmt.sh", "data/prepare-aspec.sh", "data/prepare-opensubtitles.sh"])
+def test_every_data_script_says_which_option_misses_its_value(script):
+    proc = subprocess.run(["bash", os.path.join(ROOT, "fairseq_ctx", "scripts", script), "--out"],
+                          capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+    assert proc.returncode == 2 and proc.stderr.strip().endswith(": --out needs a value (see --help)"), proc.stderr
+
+
+@pytest.mark.parametrize("words, settings", [(["--src", "en", "--tgt", "zh"], "src=en tgt=zh"),
+                                             (["--src", "en"], "src=en tgt=zh"), (["--tgt", "zh"], "src=en tgt=zh"),
+                                             (["--pair", "ja-en", "--tgt", "ja"], "src=en tgt=ja")])
+def test_the_pair_either_way_round_and_one_language_given_alone(tmp_path, words, settings):
+    """Accepted (the first step then finds no archive), with the other language inferred."""
+    proc = prepare("--out", str(tmp_path / "x"), "--archive", str(tmp_path / "none.whl"), *words)
+    assert proc.returncode == 2 and "corpus archive not found" in proc.stderr, proc.stderr
+    assert settings in (tmp_path / "x" / "settings").read_text()
+
+
 @pytest.mark.parametrize("words, message", [
     (["--limit"], "--limit needs a value (see --help)"),  # was bash's "$2: unbound variable"
     (["--out", "--limit", "5"], "--out needs a value (see --help)"),
     (["--src", "en", "--tgt", "fr"], "--src en --tgt fr: the pair zh-en has the languages zh and en"),
     (["--pair", "ja-en", "--src", "zh"], "--src zh --tgt en: the pair ja-en has the languages ja and en"),
+    (["--src", "zh", "--tgt", "zh"], "--src zh --tgt zh: the pair zh-en has the languages zh and en"),
 ])
 def test_a_missing_value_or_a_language_outside_the_pair_is_one_message(tmp_path, words, message):
     out = [] if words[0] == "--out" else ["--out", str(tmp_path / "x")]

