@@ -182,6 +182,14 @@ def _visible_gpus():
 CPU_MAX_TOKENS = 4096
 BATCH_OPTIONS = ("--max-tokens", "--batch-size", "--max-sentences")
 
+
+def cpu_default_batch(hw, words):
+    """["--max-tokens", CPU_MAX_TOKENS] for the cpu setting where none of ``words`` (the setting's,
+    the config's and the extra options) gives a batch: fairseq-train starts without one only to stop."""
+    if hw.precision == "cpu" and not any(option_value(words, name) for name in BATCH_OPTIONS):
+        return ["--max-tokens", str(CPU_MAX_TOKENS)]
+    return []
+
 # fairseq's translation task, except that a training resumed in a later epoch keeps the batches
 # the uninterrupted one has (fairseq_ctx/tasks/translation_exact_resume.py): every training
 # command runs it unless its settings name a task
@@ -197,8 +205,7 @@ def build_command(config, setting, data, save_dir, extra=(), launcher="spawn", g
     # --required-batch-size-multiple 1: fairseq drops the last batch of validation otherwise
     words = model_args(config)
     batch = hardware_args(hw)
-    if hw.precision == "cpu" and not any(option_value([*batch, *words, *extra], name) for name in BATCH_OPTIONS):
-        batch += ["--max-tokens", str(CPU_MAX_TOKENS)]  # fairseq-train starts with none only to stop at once
+    batch += cpu_default_batch(hw, [*batch, *words, *extra])
     args = [data, "--user-dir", USER_DIR, *words, *batch,
             "--save-dir", save_dir, "--required-batch-size-multiple", "1", *extra]
     if not any(w == "--task" or w.startswith("--task=") for w in [*words, *extra]):
@@ -706,8 +713,7 @@ def main(argv=None):
         print(f"train: warning: {warning}", file=sys.stderr, flush=True)
     if hw.effective is not None:
         print(f"effective batch: {hw.effective} tokens ({hw.describe()})", flush=True)
-    elif hw.precision == "cpu" and not any(option_value([*model_args(args.config), *extra], name)
-                                           for name in BATCH_OPTIONS):
+    elif cpu_default_batch(hw, [*hardware_args(hw), *model_args(args.config), *extra]):
         print(f"train: the cpu setting: --max-tokens {CPU_MAX_TOKENS} x {hw.world} process(es) (no batch given "
               "after '--' or in the config)", flush=True)
     print(shlex.join(cmd), flush=True)
