@@ -11,7 +11,7 @@ import pytest
 
 from fairseq_ctx.analysis import model_statistics
 from fairseq_ctx.reproduce import runner, tables
-from tests.conftest import ROOT, TINY_TEST_SENTENCES, free_port, run, shadow_checkout
+from tests.conftest import ROOT, TINY_TEST_SENTENCES, cli_env, free_port, run, shadow_checkout
 
 # on one parallel test worker (scripts/run-tests.sh): its torchrun training (distributed_run) is made once
 pytestmark = pytest.mark.xdist_group("test_experiments_pipeline")
@@ -163,3 +163,39 @@ def test_routing_statistics_of_the_cross_aggregation_model(tiny_corpus, tmp_path
         assert row["routed_to_logit_ratio"] > 0 and 0 <= row["vertical_coupling_entropy"] <= 1 + 1e-6
     encoder_lambda = [r["head_lambda"] for r in layers if r["side"] == "encoder"]
     assert all(len(lam) == 2 and abs(sum(lam) - 1) < 1e-4 for lam in encoder_lambda)  # Eq. 13 softmax over heads
+
+
+def test_statistics_refuse_bad_input_in_one_line_and_write_nothing(distributed_run, tiny_corpus, tmp_path):
+    _, save_dir, _ = distributed_run
+    checkpoint = str(save_dir / "checkpoint_last.pt")
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(open(checkpoint, "rb").read()[:5000])
+    other_dictionary = tmp_path / "other-bin"  # the same data with a target dictionary one word longer
+    other_dictionary.mkdir()
+    for name in os.listdir(tiny_corpus / "bin"):
+        (other_dictionary / name).write_bytes((tiny_corpus / "bin" / name).read_bytes())
+    with open(other_dictionary / "dict.en.txt", "a") as handle:
+        handle.write("unseenword 1\n")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("kept\n")
+    script = os.path.join(ROOT, "scripts", "analysis", "gate_statistics.py")
+    data = str(tiny_corpus / "bin")
+    cases = {  # options -> (exit status, what the one line says)
+        ("--max-batches", "0"): (2, "--max-batches must be >= 1"),
+        ("--path", str(save_dir)): (2, "is not a file"),
+        ("--out-dir", str(a_file)): (2, "exists and is not a folder"),
+        ("--subset", "nosuch"): (1, "--subset nosuch"),
+        ("--path", str(truncated)): (1, f"could not load {truncated}"),
+        ("--data", str(other_dictionary)): (1, "dictionaries"),
+    }
+    for options, (status, message) in cases.items():
+        out = tmp_path / "out"
+        argv = {"--data": data, "--path": checkpoint, "--out-dir": str(out)}
+        argv.update(dict([options]))
+        proc = subprocess.run([sys.executable, script, *[x for item in argv.items() for x in item]],
+                              capture_output=True, text=True, cwd=ROOT, env=cli_env())
+        assert proc.returncode == status and message in proc.stderr, (options, proc.returncode, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr, (options, proc.stderr[-2000:])
+        assert not out.exists(), options
+    assert a_file.read_text() == "kept\n"
+

@@ -13,8 +13,9 @@
   hooks on every ``CrossAggregation`` module (the model has no hook of its own): the
   vertical head weights lambda (Eq. 13, mean per head), the normalised entropy of the
   final vertical coupling over heads (1 = uniform, 0 = one head), and the size of the
-  routed term relative to the logits it is added to (mean |Omega| / mean |E| over
-  unmasked keys, Eq. 9).
+  routed term relative to the logits it is added to (sum |Omega| / sum |E| over the
+  unmasked keys, Eq. 9). Every figure is pooled over the real tokens of the data set
+  (padding queries left out), so it does not depend on the batching.
 
 The model runs teacher-forced (as in validation) over ``--subset`` of ``--data``, in
 eval mode, or with ``--train-mode`` as in training (every dropout on, including
@@ -28,12 +29,13 @@ import argparse
 import json
 import math
 import os
+import pickle
 import sys
 from collections import defaultdict
 
 import torch
 
-from ..atomic import atomic_write
+from ..atomic import atomic_path, atomic_write
 from ..evaluation.scoring import markdown_table
 
 USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,9 +48,19 @@ def load(path, data, subset, max_tokens=4000):
     import fairseq_ctx.models  # noqa: F401  (registers the architectures; see distributed_entry)
 
     utils.import_user_module(argparse.Namespace(user_dir=USER_DIR))
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
+    try:
+        models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as error:
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        hint = (" (are --data's dictionaries the ones the model was trained with?)"
+                if "size mismatch" in str(error) else "")
+        raise SystemExit(f"statistics: could not load {path} with --data {data}: {lines[0]}"
+                         f"{' ' + lines[1].strip() if len(lines) > 1 else ''}{hint}")
     model = models[0].float().eval()
-    task.load_dataset(subset)
+    try:
+        task.load_dataset(subset)
+    except FileNotFoundError as error:
+        raise SystemExit(f"statistics: {error} (--subset {subset} of --data {data})")
     iterator = task.get_batch_iterator(dataset=task.dataset(subset), max_tokens=max_tokens,
                                        required_batch_size_multiple=1, num_workers=0).next_epoch_itr(shuffle=False)
     return model, iterator
@@ -237,28 +249,39 @@ class RoutingRecorder:
                 self.handles.append(module.register_forward_hook(self._hook(key)))
 
     def _hook(self, key):
+        @torch.no_grad()
         def hook(module, inputs, output):
             from ..modules.cross_aggregation import vertical_routing
 
-            logits, padding = inputs[0], inputs[1] if len(inputs) > 1 else None
+            logits = inputs[0]
+            padding = inputs[1] if len(inputs) > 1 else None
+            if len(inputs) > 2 and inputs[2]:
+                return  # an incremental (one-step) call: the statistics are of full passes
+            bsz, _, num_queries, _ = logits.shape
+            # the real queries: padding rows hold finite logits (over real keys) but are no
+            # token of the data; every sum below runs over real queries only
+            if padding is None:
+                query_valid = logits.new_ones(bsz, num_queries, dtype=torch.bool)
+            else:
+                query_valid = ~padding.bool()[:, -num_queries:]
             routed = output[0]
             votes = logits.float().masked_fill(torch.isneginf(logits), 0.0)
-            keep = ~torch.isneginf(logits)
+            keep = ~torch.isneginf(logits) & query_valid[:, None, :, None]  # unmasked keys of real queries
             stats = self.stats[key]
-            stats["calls"] += 1
-            stats["routed_abs"] += routed.float().abs()[keep].mean().item()
-            stats["logit_abs"] += votes.abs()[keep].mean().item()
+            stats["routed_abs"] += routed.float().abs()[keep].double().sum().item()
+            stats["logit_abs"] += votes.abs()[keep].double().sum().item()
             if module.vertical:
-                _, agreement = vertical_routing(votes, module.iters)
-                if padding is not None and padding.size(1) == logits.size(2):
-                    agreement = agreement * (~padding.bool()).unsqueeze(1)
+                _, agreement = vertical_routing(votes, module.iters)  # final B, Alg. 1
+                agreement = agreement * query_valid.unsqueeze(1)  # as the module does (Eq. 13)
                 coupling = agreement.softmax(dim=1)  # over heads, per query (Alg. 1 line 4)
                 entropy = -(coupling * coupling.clamp_min(1e-12).log()).sum(1) / math.log(module.num_heads)
-                stats["coupling_entropy"] += entropy.mean().item()
+                stats["coupling_entropy"] += entropy[query_valid].double().sum().item()
+                stats["queries"] += int(query_valid.sum())
                 if not module.causal:
                     head_scale = torch.einsum("gh,bh->bg", module.head_weight.weight.float(),
-                                              agreement.sum(-1)).softmax(dim=1)  # Eq. 13
-                    for h, value in enumerate(head_scale.mean(0).tolist()):
+                                              agreement.sum(-1)).softmax(dim=1)  # Eq. 13, per sentence
+                    stats["sentences"] += bsz
+                    for h, value in enumerate(head_scale.double().sum(0).tolist()):
                         stats[f"lambda_{h}"] += value
         return hook
 
@@ -267,15 +290,17 @@ class RoutingRecorder:
             handle.remove()
 
     def table(self):
+        """Pooled over the data: |Omega| / |E| as the ratio of sums over the unmasked keys of
+        real (non-padding) queries, the entropy as the mean over real queries, lambda as the
+        mean over sentences (encoder side; the decoder's lambda differs per prefix)."""
         rows = []
         for (side, layer), stats in sorted(self.stats.items()):
-            calls = stats["calls"]
             row = {"side": side, "layer": layer,
                    "routed_to_logit_ratio": stats["routed_abs"] / max(stats["logit_abs"], 1e-12)}
-            if "coupling_entropy" in stats:
-                row["vertical_coupling_entropy"] = stats["coupling_entropy"] / calls
-            lambdas = [stats[k] / calls for k in sorted((k for k in stats if k.startswith("lambda_")),
-                                                         key=lambda k: int(k.split("_")[1]))]
+            if stats.get("queries"):
+                row["vertical_coupling_entropy"] = stats["coupling_entropy"] / stats["queries"]
+            lambdas = [stats[k] / stats["sentences"] for k in sorted((k for k in stats if k.startswith("lambda_")),
+                                                                       key=lambda k: int(k.split("_")[1]))]
             if lambdas:
                 row["head_lambda"] = lambdas
             rows.append(row)
@@ -287,30 +312,31 @@ def routing_statistics(path, data, subset="valid", max_batches=None):
     recorder = RoutingRecorder(model)
     if not recorder.handles:
         raise SystemExit(f"{path}: no CrossAggregation modules (not a transformer_cross_agg model)")
-    sentences = run_over(model, iterator, max_batches)
-    recorder.remove()
+    try:
+        sentences = run_over(model, iterator, max_batches)
+    finally:
+        recorder.remove()
     return {"sentences": sentences, "layers": recorder.table()}
 
 
 def _plot(path, series, ylabel, title):
+    from matplotlib.ticker import MaxNLocator
+
     from .plotting import pyplot
 
-    try:
-        plt = pyplot()
-    except ImportError:
-        print(f"statistics: matplotlib not installed; {path} not written (the tables were)", file=sys.stderr)
-        return False
+    plt = pyplot()
+
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, (xs, ys) in series.items():
         ax.plot(xs, ys, marker="o", label=name)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole numbers
     ax.set_xlabel("layer")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
-    return True
 
 
 def write_gates(result, out_dir):
@@ -330,9 +356,8 @@ def write_gates(result, out_dir):
     seed = f" (dropout masks seeded {result['seed']})" if result.get("seed") is not None else ""
     table = (f"{result.get('mode', 'eval')} mode{seed}, {result['sentences']} sentences, non-padding positions; "
              "TVs per head, averaged over heads and queries (see model_statistics.ContextSizeRecorder)\n\n" + table)
-    _write(out_dir, "gates", result, table)
     title = "Context gates per layer (Yang et al. Fig. 2-3)" + (", train mode" if result.get("mode") == "train" else "")
-    _plot(os.path.join(out_dir, "gates.png"), series, "average gate", title)
+    _write(out_dir, "gates", result, table, lambda path: _plot(path, series, "average gate", title))
     return table
 
 
@@ -347,8 +372,8 @@ def write_routing(result, out_dir):
                 series[f"{row['side']} {name}"][0].append(row["layer"])
                 series[f"{row['side']} {name}"][1].append(row[name])
     table = markdown_table(["side", "layer", "|Omega| / |E|", "vertical coupling entropy", "head lambda (Eq. 13)"], rows)
-    _write(out_dir, "routing", result, table)
-    _plot(os.path.join(out_dir, "routing.png"), dict(series), "value", "Cross-aggregation routing per layer")
+    _write(out_dir, "routing", result, table,
+           lambda path: _plot(path, dict(series), "value", "Cross-aggregation routing per layer"))
     return table
 
 
@@ -356,11 +381,25 @@ def _fmt(value):
     return "" if value is None else f"{value:.4f}"
 
 
-def _write(out_dir, name, result, table):
-    with atomic_write(os.path.join(out_dir, f"{name}.json")) as handle:
-        json.dump(result, handle, indent=1)
-    with atomic_write(os.path.join(out_dir, f"{name}.md")) as handle:
-        handle.write(table)
+def _write(out_dir, name, result, table, plot):
+    """NAME.json, NAME.md and NAME.png: the plot is drawn into a temporary first and the files
+    are renamed in only when it is done, so a failing plot leaves the earlier outputs as they were."""
+    def tables():
+        with atomic_write(os.path.join(out_dir, f"{name}.json")) as handle:
+            json.dump(result, handle, indent=1)
+        with atomic_write(os.path.join(out_dir, f"{name}.md")) as handle:
+            handle.write(table)
+
+    png = os.path.join(out_dir, f"{name}.png")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(f"statistics: matplotlib not installed; {png} not written (the tables were)", file=sys.stderr)
+        tables()
+        return
+    with atomic_path(png, suffix=".png") as partial:
+        plot(partial)
+        tables()
 
 
 def main(kind, argv=None):
@@ -368,7 +407,7 @@ def main(kind, argv=None):
     parser.add_argument("--data", required=True)
     parser.add_argument("--path", required=True, help="checkpoint")
     parser.add_argument("--subset", default="valid")
-    parser.add_argument("--max-batches", type=int, default=None)
+    parser.add_argument("--max-batches", type=int, default=None, help="stop after N batches (N >= 1; default: all)")
     parser.add_argument("--out-dir", required=True)
     if kind == "gates":
         parser.add_argument("--train-mode", action="store_true",
@@ -382,6 +421,12 @@ def main(kind, argv=None):
     for path in (args.data, args.path):
         if not os.path.exists(path):
             parser.error(f"not found: {path}")
+    if not os.path.isfile(args.path):
+        parser.error(f"--path {args.path} is not a file (a checkpoint, e.g. SAVE_DIR/checkpoint_best.pt)")
+    if args.max_batches is not None and args.max_batches < 1:
+        parser.error(f"--max-batches must be >= 1 (leave it out for the whole --subset), not {args.max_batches}")
+    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
+        parser.error(f"--out-dir {args.out_dir} exists and is not a folder")
     if kind == "gates":
         table = write_gates(gate_statistics(args.path, args.data, args.subset, args.max_batches,
                                             args.train_mode, 1 if args.seed is None else args.seed), args.out_dir)

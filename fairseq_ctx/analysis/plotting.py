@@ -6,10 +6,11 @@ import logging
 
 def pyplot():
     """``matplotlib.pyplot``, ready for files; ImportError when matplotlib is absent."""
+    # quiet before the import: matplotlib logs its paths and platform at DEBUG while importing
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib
 
     matplotlib.use("Agg")
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib.pyplot as plt
 
     return plt

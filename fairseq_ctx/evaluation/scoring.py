@@ -17,6 +17,8 @@ from typing import Dict, List, Optional, Sequence
 
 import sacrebleu
 
+from ..atomic import atomic_path
+
 COMPOUND = re.compile(r"(\S)-(\S)")
 
 
@@ -200,5 +202,6 @@ def plot_length_buckets(series: Dict[str, List[Dict]], path, title="BLEU by sour
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path, suffix=".png") as partial:  # an interrupted plot leaves no PNG that looks whole
+        fig.savefig(partial, dpi=120, format="png")
     plt.close(fig)
