@@ -221,6 +221,26 @@ def test_line_counts_are_checked_before_anything_is_generated(files, capsys):
     assert not (files / "out").exists()
 
 
+def test_strip_concat_refuses_a_2to2_reference_before_anything_is_generated(files, capsys, monkeypatch):
+    """--strip-concat strips the hypotheses only: scored against the 2-to-2 target file (context
+    <CONCAT> sentence), a perfect system got 36 BLEU instead of 100."""
+    from fairseq_ctx.evaluation import generate
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("fairseq-generate ran")
+
+    monkeypatch.setattr(generate, "generate", never)
+    (files / "ref").write_text("first\nfirst <CONCAT> second\n")
+    base = ["--data", str(files / "bin"), "--path", str(files / "ckpt.pt"), "--src", "en", "--tgt", "de",
+            "--ref", str(files / "ref"), "--out-dir", str(files / "out")]
+    line = _fails(capsys, [*base, "--strip-concat"])
+    assert "--ref" in line and "line 2 contains <CONCAT>" in line and "sentence-level reference" in line, line
+    assert "fairseq-ctx-strip-concat-context" in line, line
+    assert not (files / "out").exists()
+    (files / "ref").write_text("first\nsecond\n")  # the sentence-level reference is accepted
+    assert command.parse([*base, "--strip-concat"]).strip_concat
+
+
 def _evaluate_with(monkeypatch, files, generated, *options):
     """command.run with fairseq-generate replaced by ``generated`` (its output, or an exception)."""
     from fairseq_ctx.evaluation import generate

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import random
+import re
 import tarfile
 import threading
 import zipfile
@@ -340,6 +341,28 @@ def test_prepare_wmt_separate_bpe_learns_one_code_file_per_language(tmp_path):
             assert len((out / "bpe" / f"{split}.{lang}").read_text().splitlines()) == \
                 len((out / "tok" / f"{split}.{lang}").read_text().splitlines())
     assert (out / "bin" / "dict.en.txt").read_text() != (out / "bin" / "dict.de.txt").read_text()
+
+
+def test_opensubtitles_pairs_with_a_blank_side_are_dropped_and_counted(tmp_path, capsys):
+    """The 2-to-2 step (concat_context --doc-ids) refuses a blank line; an OPUS release can hold
+    empty subtitles: such pairs are dropped when the corpus is read, for both variants alike."""
+    local = tmp_path / "opus"
+    local.mkdir()
+    en, ja, ids = make_opensubtitles_zip(tmp_path / "clean.zip", docs=40, per_doc=6)
+    en[3], ja[10], en[20], ja[20] = "", "  ", "", ""  # one-sided, one-sided (spaces), both sides
+    with zipfile.ZipFile(local / "en-ja.txt.zip", "w") as bundle:
+        for suffix, lines in (("en", en), ("ja", ja), ("ids", ids)):
+            bundle.writestr(f"OpenSubtitles.en-ja.{suffix}", "".join(x + "\n" for x in lines))
+    out = tmp_path / "raw"
+    corpora.prepare_opensubtitles(str(out), str(local), offline=True)
+    written = {s: (out / f"{s}.en").read_text().splitlines() for s in ("train", "valid", "test")}
+    assert sum(map(len, written.values())) == len(en) - 3
+    for split in written:
+        for lang in ("ja", "docs"):
+            assert len((out / f"{split}.{lang}").read_text().splitlines()) == len(written[split])
+        assert all(line.strip() for lang in ("en", "ja") for line in (out / f"{split}.{lang}").read_text().splitlines())
+    err = capsys.readouterr().err
+    assert sum(int(n) for n in re.findall(r"\((\d+) with a blank side dropped", err)) == 3
 
 
 # -- checksums and counts (local archives, truncated archives, dev/test sizes, manifest) ---------

@@ -20,11 +20,12 @@ scripts/strip_concat_context.py in a checkout), or ``python -m fairseq_ctx.data.
 make|strip ...`` (what the data-preparation scripts run).
 """
 import argparse
+import contextlib
 import os
 import sys
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from ..atomic import atomic_write_lines
+from ..atomic import atomic_path, atomic_write_lines
 
 MARKER = "<CONCAT>"
 
@@ -34,14 +35,79 @@ class CorpusError(Exception):
 
 
 def read_lines(path: str) -> List[str]:
-    if not os.path.isfile(path):
+    """The lines of a UTF-8 file; a missing file, a directory or another encoding is a CorpusError."""
+    if os.path.isdir(path):
+        raise CorpusError(f"input {path} is a directory, not a file")
+    if not os.path.exists(path):
         raise CorpusError(f"input file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f]
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.rstrip("\r\n") for line in f]
+    except UnicodeDecodeError:
+        # the wording of the data-preparation steps (fairseq_ctx.data.streaming.NotUtf8Error)
+        raise CorpusError(f"{path}: not valid UTF-8 (first at {_first_invalid_line(path)}): is it in another "
+                          "encoding? Convert it first, e.g. iconv -f GB18030 -t UTF-8 (Chinese) or -f SHIFT_JIS "
+                          "(Japanese)") from None
+    except OSError as error:
+        raise CorpusError(f"cannot read {path}: {error.strerror or error}") from None
+
+
+def _first_invalid_line(path: str) -> str:
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        return f"line {line}, {error.reason}"
+    return "some line"  # the bytes decoded after all (the file changed meanwhile)
 
 
 def write_atomically(path: str, lines: Iterable[str]) -> None:
     atomic_write_lines(path, lines)
+
+
+def check_outputs(outputs: Sequence[str], inputs: Sequence[str]) -> None:
+    """Refuse, before any work, outputs that could not be written or that would overwrite one
+    another or an input: each must not be a directory, the nearest existing folder above it
+    must be a directory (missing folders are created, as every writer here does), and no
+    output may be the same file as an input or another output (by real path, or the same
+    inode where both exist). ``-`` (stdout) is not a file and is not checked."""
+    seen = {os.path.realpath(path): f"input {path}" for path in inputs if path != "-"}  # real path -> its name
+    for path in outputs:
+        if path == "-":
+            continue
+        if os.path.isdir(path):
+            raise CorpusError(f"output {path} is a directory")
+        folder = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(folder):
+            folder = os.path.dirname(folder)
+        if not os.path.isdir(folder):
+            raise CorpusError(f"output {path}: {folder} is not a directory")
+        real = os.path.realpath(path)
+        same = seen.get(real)
+        if same is None and os.path.exists(path):
+            same = next((named for other, named in seen.items()
+                         if os.path.exists(other) and os.path.samefile(other, path)), None)
+        if same is not None:
+            raise CorpusError(f"output {path} is the same file as {same}: every output must be a "
+                              "file of its own, neither an input nor another output")
+        seen[real] = f"output {path}"
+
+
+def write_all_atomically(outputs: Sequence[Tuple[str, Iterable[str]]]) -> None:
+    """Write every (path, lines) to a temporary file beside its path and rename them all into
+    place only once every one is written: an error leaves none of them (and no temporary).
+    ``-`` writes to stdout, at once (what reached stdout before an error stays there)."""
+    with contextlib.ExitStack() as stack:  # an error discards every temporary
+        for path, lines in outputs:
+            if path == "-":
+                sys.stdout.write("".join(line + "\n" for line in lines))
+                continue
+            tmp = stack.enter_context(atomic_path(path))
+            with open(tmp, "w", encoding="utf-8") as handle:
+                for line in lines:
+                    handle.write(line + "\n")
 
 
 # -- building ------------------------------------------------------------------------------
@@ -53,7 +119,9 @@ def split_documents(
     """Group aligned lines into documents (lists of (src, tgt) pairs).
 
     Boundaries: where ``doc_ids`` changes from the previous line, or (without ``doc_ids``)
-    a line blank on BOTH sides; a line blank on one side only is an error."""
+    a line blank on BOTH sides; a line blank on one side only is an error. With ``doc_ids``
+    the ids alone mark documents, so a line blank on both sides is an error too (a blank
+    pair would be joined to its neighbours as "previous <CONCAT> " lines)."""
     if len(src) != len(tgt):
         raise CorpusError(f"source has {len(src)} lines but target has {len(tgt)}")
     if doc_ids is not None and len(doc_ids) != len(src):
@@ -62,7 +130,14 @@ def split_documents(
     current: List[Tuple[str, str]] = []
     previous_id = None
     for i, (s, t) in enumerate(zip(src, tgt)):
+        blank_s, blank_t = s.strip() == "", t.strip() == ""
+        if blank_s != blank_t:
+            side = "source" if blank_s else "target"
+            raise CorpusError(f"line {i + 1}: {side} is blank but the other side is not (misaligned corpus)")
         if doc_ids is not None:
+            if blank_s:
+                raise CorpusError(f"line {i + 1} is blank on both sides: with --doc-ids the ids mark the documents, "
+                                  "not blank lines; remove the line from the corpus and from the doc-ids file")
             doc_id = doc_ids[i].strip()
             if doc_id == "":
                 raise CorpusError(f"doc-ids line {i + 1} is empty")
@@ -72,14 +147,10 @@ def split_documents(
             previous_id = doc_id
             current.append((s, t))
             continue
-        blank_s, blank_t = s.strip() == "", t.strip() == ""
-        if blank_s and blank_t:  # document boundary
+        if blank_s:  # blank on both sides: a document boundary
             if current:
                 documents.append(current)
             current = []
-        elif blank_s or blank_t:
-            side = "source" if blank_s else "target"
-            raise CorpusError(f"line {i + 1}: {side} is blank but the other side is not (misaligned corpus)")
         else:
             current.append((s, t))
     if current:
@@ -129,14 +200,19 @@ def strip_files(inputs: Sequence[str], marker: str = MARKER) -> List[List[str]]:
 
 MAKE_USAGE = """Build the 2-to-2 extended-context corpus (Iida et al. 2019, Section 4.1).
 
-Input: a document-ordered parallel corpus, one sentence per line (--src/--tgt).
+Input: a document-ordered parallel corpus, one sentence per line (--src/--tgt), UTF-8.
 Document boundaries, one of:
   * --doc-ids FILE: one document id per line, aligned with the corpus; a new document
-    starts wherever the id changes from the previous line;
+    starts wherever the id changes from the previous line. Every line must hold a
+    sentence on both sides: a blank line (on one side or both) is an error;
   * default: blank lines. A line that is blank on BOTH sides ends a document and is
     not written; a line blank on one side only is an error (misaligned corpus).
-Fails (exit status 1, nothing written) on missing files, different line counts or a
-one-sided blank line; outputs are written to temporary files and renamed into place.
+Fails (exit status 1, nothing written) on a missing, unreadable or non-UTF-8 input,
+different line counts, a blank line as above, an input line that already holds the
+marker, or outputs that cannot be written (a directory, a path under a file) or that
+name the same file as each other or as an input. Both outputs are written to temporary
+files beside them and renamed into place only when both are complete. A --marker that is
+empty or contains whitespace is refused (exit status 2): it must stay one token.
 """
 
 STRIP_USAGE = """Evaluation step of the 2-to-2 setup: keep only the part after the last
@@ -146,8 +222,18 @@ Usage:
     strip_concat_context.py HYP REF -o HYP.stripped REF.stripped
     strip_concat_context.py HYP -o -        # to stdout
 Several inputs must have the same number of lines: they are checked for alignment
-before anything is written. Nothing is written on error (exit status 1).
+before anything is written. Nothing is written on error (exit status 1): a missing,
+unreadable or non-UTF-8 input, inputs of different lengths, or outputs that cannot be
+written or that name the same file as each other or as an input (a reference stripped
+over a hypothesis would score the system against itself). The outputs are written to
+temporary files and renamed into place only when every one is complete. A --marker that
+is empty or contains whitespace is refused (exit status 2).
 """
+
+
+def _check_marker(parser: argparse.ArgumentParser, marker: str) -> None:
+    if marker == "" or marker.split() != [marker]:
+        parser.error(f"--marker must be one non-empty token without whitespace, not {marker!r}")
 
 
 def make_main(argv=None) -> int:
@@ -159,7 +245,9 @@ def make_main(argv=None) -> int:
     parser.add_argument("--out-tgt", required=True)
     parser.add_argument("--marker", default=MARKER, help=f"joining token (default {MARKER})")
     args = parser.parse_args(argv)
+    _check_marker(parser, args.marker)
     try:
+        check_outputs([args.out_src, args.out_tgt], [p for p in (args.src, args.tgt, args.doc_ids) if p])
         src, tgt = read_lines(args.src), read_lines(args.tgt)
         doc_ids = read_lines(args.doc_ids) if args.doc_ids else None
         for side, lines in (("source", src), ("target", tgt)):
@@ -171,8 +259,7 @@ def make_main(argv=None) -> int:
     except CorpusError as e:
         print(f"make_concat_context: error: {e}", file=sys.stderr)
         return 1
-    write_atomically(args.out_src, out_src)
-    write_atomically(args.out_tgt, out_tgt)
+    write_all_atomically([(args.out_src, out_src), (args.out_tgt, out_tgt)])
     print(
         f"make_concat_context: {len(documents)} documents, {len(out_src)} pairs "
         f"({len(out_src) - len(documents)} with a previous sentence)",
@@ -187,18 +274,16 @@ def strip_main(argv=None) -> int:
     parser.add_argument("-o", "--outputs", nargs="+", required=True, help="one output per input ('-' = stdout)")
     parser.add_argument("--marker", default=MARKER)
     args = parser.parse_args(argv)
+    _check_marker(parser, args.marker)
     if len(args.outputs) != len(args.inputs):
         parser.error(f"{len(args.inputs)} inputs but {len(args.outputs)} outputs")
     try:
+        check_outputs(args.outputs, args.inputs)
         stripped = strip_files(args.inputs, args.marker)
     except CorpusError as e:
         print(f"strip_concat_context: error: {e}", file=sys.stderr)
         return 1
-    for path, lines in zip(args.outputs, stripped):
-        if path == "-":
-            sys.stdout.write("".join(line + "\n" for line in lines))
-        else:
-            write_atomically(path, lines)
+    write_all_atomically(list(zip(args.outputs, stripped)))
     return 0
 
 

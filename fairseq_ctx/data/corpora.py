@@ -648,17 +648,25 @@ def prepare_opensubtitles(outdir, local=None, cache=None, offline=False, directi
     for split, n in counts.items():
         check_count(checksums, f"opensubtitles/{split}", n, f"the {split} documents of OpenSubtitles")
     src_lang, tgt_lang = direction.split("-")
+    # a pair with a blank side (an untranslated or empty subtitle) is no translation example, and
+    # the 2-to-2 variant (concat_context --doc-ids) refuses it: dropped here, for both variants
+    # alike, and counted (the manifest's counts are of the release's pairs, before this)
+    blank = dict.fromkeys(counts, 0)
     with contextlib.ExitStack() as outputs:  # an error discards every output
         out = {(split, kind): outputs.enter_context(atomic_write(os.path.join(outdir, f"{split}.{kind}")))
                for split in counts for kind in (src_lang, tgt_lang, "docs")}
         for en, ja, doc in rows("OpenSubtitles: write"):
             split = document_split(doc)
+            if not en.strip() or not ja.strip():
+                blank[split] += 1
+                continue
             side = {"en": en, "ja": ja}
             out[split, src_lang].write(side[src_lang] + "\n")
             out[split, tgt_lang].write(side[tgt_lang] + "\n")
             out[split, "docs"].write(doc + "\n")
     for split, n in counts.items():
-        print(f"opensubtitles {split}: {n} pairs", file=sys.stderr)
+        dropped = f" ({blank[split]} with a blank side dropped: {n - blank[split]} written)" if blank[split] else ""
+        print(f"opensubtitles {split}: {n} pairs{dropped}", file=sys.stderr)
 
 
 # -- cleaning (train only, after tokenisation) -------------------------------------------------

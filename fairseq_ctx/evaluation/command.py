@@ -16,7 +16,8 @@ BLEU, the number of sentences. All or nothing: the files are made in a temporary
 and moved in only when every one is done, result.json last, replacing (and saying so) what an
 earlier evaluation left in OUT (checkpoints in OUT are kept); a failed evaluation leaves OUT as it
 was. One evaluation at a time per OUT (a second is refused at once). Line counts (--ref,
---baseline-hyp, --source) are checked before fairseq-generate runs.
+--baseline-hyp, --source) are checked before fairseq-generate runs, and so is, with
+--strip-concat, that --ref is sentence-level (no <CONCAT>: only the hypotheses are stripped).
 
 --paper P sets beam, length penalty, checkpoint choice, output length bound and tokenised-BLEU
 compound splitting to that paper's evaluation (the table below: fairseq_ctx/evaluation/defaults.py,
@@ -214,7 +215,9 @@ def build_parser():
                         help="tokenised BLEU: split hyphenated compounds (auto: for a German target)" + paper)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--remove-bpe", default=None, help="e.g. 'sentencepiece' (default: fairseq's '@@ ')")
-    parser.add_argument("--strip-concat", action="store_true", help="2-to-2: score only the part after <CONCAT>")
+    parser.add_argument("--strip-concat", action="store_true",
+                        help="2-to-2: score only the part of each hypothesis after <CONCAT> (--ref must be the "
+                             "sentence-level reference)")
     parser.add_argument("--baseline-hyp", help="detokenised hypotheses of the baseline: paired bootstrap")
     parser.add_argument("--bootstrap-samples", type=int, default=1000)
     parser.add_argument("--length-buckets", action="store_true", help="BLEU by source length (needs --source)")
@@ -309,6 +312,14 @@ def resolve(args, parser):
         if count != lines["--ref"][1]:
             parser.error(f"{option} {path} has {count} lines but --ref {args.ref} has {lines['--ref'][1]}: "
                          "they must be line-parallel (one line per sentence of the subset)")
+    if args.strip_concat:  # only the hypotheses are stripped: a 2-to-2 reference would score context too
+        from ..data.concat_context import MARKER
+
+        with_marker = next((i for i, line in enumerate(read_lines(args.ref), 1) if MARKER in line), None)
+        if with_marker is not None:
+            parser.error(f"--ref {args.ref} line {with_marker} contains {MARKER}: --strip-concat strips only the "
+                         "hypotheses; pass the sentence-level reference (the original target sentences), or "
+                         "strip this one first with fairseq-ctx-strip-concat-context")
     return args
 
 
