@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
 from ..atomic import atomic_write
 from .report import markdown_report, write_json
 from .run import BenchConfig, run_benchmark
-from .systems import DIM_OVERRIDES, resolve_systems
+from .systems import DIM_OVERRIDES, SystemSpec, resolve_systems
 
 
 CLI_DESCRIPTION = """Speed / memory benchmark of fairseq-ctx architectures against stock fairseq baselines.
@@ -23,29 +26,115 @@ multi-hop LSTM to the stock LSTM):
         --dims tiny --src-lens 20 50 100 --device cpu --json out.json --markdown out.md
 
 ``NAME=ARGS``: ARGS are fairseq-train model options (parsed by fairseq's own training
-parser with ``--user-dir fairseq_ctx``). A system is compared with the first baseline
-unless its name carries ``@BASELINE``. ``--dims tiny`` / ``base`` sets the sizes per model
-family (transformer-like / lstm-like), the same for systems and baselines; options given
-in ARGS win. See fairseq_ctx/benchmarking/ and docs/notes/benchmark.md for the method.
+parser with ``--user-dir fairseq_ctx``). Which baseline a system is compared with: the one
+its name names (``NAME@BASELINE``), else the first baseline of its model family (an
+``--arch lstm*`` is of the lstm family, any other arch of the transformer family, as in
+fairseq-ctx-quality-compare), else the first baseline (with a warning). Without
+``--baseline`` the stock archs of the systems' families are assumed
+(``transformer=--arch transformer``, ``lstm=--arch lstm``; only the transformer when there
+is no system), and a line on stderr says so. ``--dims tiny`` / ``base`` sets the sizes per
+model family (transformer-like / lstm-like), the same for systems and baselines; options
+given in ARGS win. See fairseq_ctx/benchmarking/ and docs/notes/benchmark.md for the method.
 (In a checkout, ``scripts/benchmark.py`` is the same command.)
+
+Names must be distinct and non-empty, and the numeric options in range (source lengths
+>= 2, --steps >= 1, ...): otherwise the command stops before any model is built, with one
+error (exit status 2). A system that fails to build, train or decode is reported as FAILED
+(with the systems compared with it if it is a baseline) and the others go on; the tables
+are written, and the command then exits with status 1, saying on stderr how many failed.
+Exit status 0: every system measured.
 """
+
+# the stock baseline of each model family, assumed when no --baseline is given
+STOCK_BASELINES = {"transformer": "transformer=--arch transformer", "lstm": "lstm=--arch lstm"}
+
+
+def arch_of(args: str) -> Optional[str]:
+    """The --arch of a NAME=ARGS spec's ARGS (None without one)."""
+    words = shlex.split(args)
+    for i, word in enumerate(words):
+        if word in ("--arch", "-a") and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith("--arch="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def family_of(args: str) -> str:
+    """lstm for an ``--arch lstm*``, else transformer (fairseq-ctx-quality-compare's rule)."""
+    arch = arch_of(args)
+    return "lstm" if arch and arch.startswith("lstm") else "transformer"
+
+
+def pair_systems(baselines: Sequence[str], systems: Sequence[str]) -> Tuple[List[str], List[str], List[str]]:
+    """The --baseline and --system texts with every system's baseline named
+    (``NAME@BASELINE=ARGS``), and the lines that say what was assumed.
+
+    A system without ``@BASELINE`` is compared with the first baseline of its model family,
+    else with the first baseline; without any --baseline the stock archs of the families
+    the systems need are assumed (STOCK_BASELINES). Raises ValueError for a spec that is
+    not NAME=ARGS, has an empty name, or names a baseline that is not there."""
+    base_specs = [SystemSpec.parse(text, True) for text in baselines]
+    sys_specs = [SystemSpec.parse(text, False) for text in systems]
+    lines = []
+    assumed = not base_specs
+    if assumed:
+        needed = {family_of(s.args) if s.baseline is None else s.baseline for s in sys_specs}
+        base_specs = [SystemSpec.parse(text, True) for family, text in STOCK_BASELINES.items()
+                      if family in needed or family == "transformer" and not needed & set(STOCK_BASELINES)]
+        for s in sys_specs:
+            if s.name in STOCK_BASELINES and s.name in [b.name for b in base_specs]:
+                raise ValueError(f"system {s.name!r} has the name of the assumed baseline "
+                                 f"{STOCK_BASELINES[s.name]!r} (no --baseline was given): rename it, or give --baseline")
+    names = [b.name for b in base_specs]
+    first_of_family = {}
+    for b in base_specs:
+        first_of_family.setdefault(family_of(b.args), b.name)
+    chosen = []
+    for s in sys_specs:
+        if s.baseline is None:
+            family = family_of(s.args)
+            s.baseline = first_of_family.get(family)
+            if s.baseline is None:
+                s.baseline = names[0]
+                lines.append(f"warning: {s.name} ({family} family) is compared with {s.baseline}: no baseline of "
+                             f"its family was given (name one with {s.name}@BASELINE=...)")
+            else:
+                chosen.append((s.name, s.baseline))
+        elif s.baseline not in names:
+            known = ", ".join(names)
+            raise ValueError(f"system {s.name!r}: unknown baseline {s.baseline!r} (the baselines: {known}"
+                             + ("; no --baseline was given, so these are the assumed stock ones" if assumed else "")
+                             + ")")
+    pairs = ", ".join(f"{name} -> {baseline}" for name, baseline in chosen)
+    if assumed:
+        lines.insert(0, "no --baseline given: assumed " + ", ".join(STOCK_BASELINES[family_of(b.args)]
+                                                                for b in base_specs)
+                     + (f" (the stock arch of each system's family); {pairs}" if chosen else ""))
+    elif any(baseline != names[0] for _, baseline in chosen):
+        lines.insert(0, f"baselines by model family (no @BASELINE): {pairs}")
+    return ([f"{b.name}={b.args}" for b in base_specs],
+            [f"{s.name}@{s.baseline}={s.args}" for s in sys_specs], lines)
 
 
 def get_parser():
     p = argparse.ArgumentParser(description=CLI_DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--baseline", action="append", default=[], metavar="NAME=ARGS",
-                   help="a stock baseline (repeatable); the first is the default baseline")
+                   help="a stock baseline (repeatable). Default: the stock arch of each system's family "
+                        "(transformer=--arch transformer, lstm=--arch lstm), said on stderr")
     p.add_argument("--system", action="append", default=[], metavar="NAME[@BASELINE]=ARGS",
-                   help="a system to compare with a baseline (repeatable)")
+                   help="a system (repeatable, distinct names), compared with BASELINE, else with the first "
+                        "baseline of its family (--arch lstm*: lstm; others: transformer), else the first")
     p.add_argument("--dims", choices=sorted(DIM_OVERRIDES), default="tiny")
-    p.add_argument("--src-lens", type=int, nargs="+", default=[20, 50, 100])
+    p.add_argument("--src-lens", type=int, nargs="+", default=[20, 50, 100],
+                   help="source lengths in tokens, EOS included (each >= 2; default 20 50 100)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="default: cuda if available, else cpu")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default=None,
                    help="autocast dtype; default bf16 on cuda, fp32 on cpu")
-    p.add_argument("--steps", type=int, default=None, help="timed training steps (default 10)")
-    p.add_argument("--warmup", type=int, default=None, help="warm-up training steps (default 3)")
+    p.add_argument("--steps", type=int, default=None, help="timed training steps (>= 1; default 10)")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up training steps (>= 0; default 3)")
     p.add_argument("--batch-sentences", type=int, default=None,
                    help="sentences per training batch (default: max-tokens // src len)")
     p.add_argument("--max-tokens", type=int, default=None,
@@ -53,8 +142,8 @@ def get_parser():
                         "(default 4096 on cuda, 1024 tiny / 512 base on cpu)")
     p.add_argument("--decode-batch-sentences", type=int, default=None,
                    help="sentences decoded per call (default: the training batch size)")
-    p.add_argument("--decode-repeats", type=int, default=None, help="timed decoding calls (default 3)")
-    p.add_argument("--beams", type=int, nargs="+", default=[4, 1])
+    p.add_argument("--decode-repeats", type=int, default=None, help="timed decoding calls (>= 1; default 3)")
+    p.add_argument("--beams", type=int, nargs="+", default=[4, 1], help="beam sizes (each >= 1; default 4 1)")
     p.add_argument("--vocab", type=int, default=None, help="joint dictionary size (default 8000 tiny, 32000 base)")
     p.add_argument("--no-share-all-embeddings", action="store_true",
                    help="do not add --share-all-embeddings (added by default where accepted)")
@@ -83,7 +172,34 @@ def get_parser():
     return p
 
 
+# (option, minimum) of the numeric options; None (not given) is always accepted
+MINIMUM = [("--src-lens", 2), ("--steps", 1), ("--warmup", 0), ("--batch-sentences", 1), ("--max-tokens", 1),
+           ("--decode-batch-sentences", 1), ("--decode-repeats", 1), ("--beams", 1), ("--vocab", 5),
+           ("--at-update", 0), ("--threads", 0), ("--memory-repeats", 1)]
+WHY = {"--src-lens": " (tokens, EOS included)", "--vocab": " (more than the 4 special symbols)"}
+
+
+def check_options(a: argparse.Namespace) -> Optional[str]:
+    """The first option out of range, as an error message (None: all in range)."""
+    for option, low in MINIMUM:
+        value = getattr(a, option[2:].replace("-", "_"))
+        values = value if isinstance(value, list) else [value]
+        bad = [v for v in values if v is not None and v < low]
+        if bad:
+            return f"{option} must be >= {low}{WHY.get(option, '')}, got {' '.join(map(str, bad))}"
+        if isinstance(value, list) and len(set(value)) < len(value):
+            return f"{option} {' '.join(map(str, value))}: a value is given twice"
+    return None
+
+
+def exit_status(results: dict) -> int:
+    """The command's exit status: 1 when any system failed (it is reported as FAILED), else 0."""
+    return 1 if results.get("failed") else 0
+
+
 def main(argv=None):
+    """Run the benchmark; returns the results (``exit_status`` makes the command's status of them).
+    Bad options and system specs stop it with parser.error (exit status 2) before any model is built."""
     import logging
     import warnings
 
@@ -94,10 +210,16 @@ def main(argv=None):
         logging.getLogger(name).setLevel(logging.WARNING)
     parser = get_parser()
     a = parser.parse_args(argv)
-    if a.at_update < 0:
-        parser.error(f"--at-update must be >= 0, got {a.at_update}")
-    if not a.baseline:
-        a.baseline = ["transformer=--arch transformer"]
+    problem = check_options(a)
+    if problem:
+        parser.error(problem)
+    try:
+        baselines, systems, lines = pair_systems(a.baseline, a.system)
+        specs = resolve_systems(baselines, systems)  # duplicate names
+    except ValueError as error:
+        parser.error(str(error))
+    for line in lines:
+        print(f"fairseq-ctx-benchmark: {line}", file=sys.stderr)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = a.dtype or ("bf16" if device == "cuda" else "fp32")
     steps = a.steps if a.steps is not None else (2 if a.quick else 10)
@@ -112,7 +234,6 @@ def main(argv=None):
         memory_repeats=a.memory_repeats, threads=a.threads, profile=a.profile,
         n_batches=2 if a.quick else 4, at_update=a.at_update,
     )
-    specs = resolve_systems(a.baseline, a.system)
 
     def write(results):  # after every source length, and at the end
         if a.json:
@@ -123,4 +244,10 @@ def main(argv=None):
 
     results = run_benchmark(specs, cfg, on_progress=write)
     print(markdown_report(results))
+    failed = results.get("failed", {})
+    if failed:
+        print(f"fairseq-ctx-benchmark: {len(failed)} of {len(specs)} systems failed ("
+              + ", ".join(f"{name}: {f['where']}" for name, f in failed.items()) + ")"
+              + ("; the others are in the report" if len(failed) < len(specs) else "") + "; exit status 1",
+              file=sys.stderr)
     return results

@@ -40,6 +40,20 @@ class BenchConfig:
     profile: bool = False
     at_update: int = 0  # the optimizer updates done before the first (warm-up) step
 
+    def check(self) -> None:
+        """ValueError for settings no benchmark can run with (fairseq-ctx-benchmark refuses
+        the options first): source lengths < 2 (EOS included), no timed step or decoding
+        call, a batch, beam or dictionary that cannot exist."""
+        minimum = {"src_lens": 2, "steps": 1, "warmup": 0, "batch_sentences": 1, "max_tokens": 1,
+                   "decode_batch_sentences": 1, "decode_repeats": 1, "decode_warmup": 0, "beams": 1,
+                   "n_batches": 1, "vocab": 5, "memory_repeats": 1, "threads": 0, "at_update": 0}
+        for field, low in minimum.items():
+            value = getattr(self, field)
+            values = list(value) if isinstance(value, (list, tuple)) else [value]
+            bad = [v for v in values if v is not None and v < low]
+            if bad or not values:
+                raise ValueError(f"BenchConfig.{field} must be >= {low}, got {value!r}")
+
     def bsz(self, src_len: int) -> int:
         if self.batch_sentences:
             return self.batch_sentences
@@ -54,6 +68,7 @@ def run_benchmark(specs: List[SystemSpec], cfg: BenchConfig, data_dir: str = "/n
     systems compared with it if it is a baseline; the others go on."""
     import traceback
 
+    cfg.check()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.device == "cuda" and not torch.cuda.is_available():
