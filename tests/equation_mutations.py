@@ -8,11 +8,11 @@ which the equation tests switch off), restore the files (always, in a
 ``finally``), and print CAUGHT (an equation assertion failed), CRASHED (the mutated code
 only raised: not evidence that the tests check the equation) or MISSED. Run it on a clean
 checkout: it rewrites fairseq_ctx/ files while a mutation's tests run. Not a pytest
-module (it starts a pytest process per mutation, a few seconds each);
+module: it imports torch and fairseq once and runs each mutation's tests with pytest in a
+process forked from it (the mutated model code imported there afresh; under a second each);
 tests/test_equation_mutations_are_caught.py runs it on a copy of the checkout in CI.
 """
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -277,7 +277,46 @@ MUTATIONS = {
 }
 
 
+def _pytest_in_a_fork(test):
+    """Run pytest on ``test`` in a child forked from this process, which has imported torch,
+    fairseq and pytest but never fairseq_ctx or the tests: the child imports the (mutated)
+    model code afresh, without the seconds a new interpreter spends importing the libraries
+    for each mutation. Returns (exit status, stdout text)."""
+    import tempfile
+
+    with tempfile.TemporaryFile(mode="w+") as out:
+        pid = os.fork()
+        if pid == 0:  # the child: its stdout and stderr into ``out``, never back into the caller
+            status = 1
+            try:
+                os.dup2(out.fileno(), 1)
+                os.dup2(out.fileno(), 2)
+                os.chdir(ROOT)
+                sys.path.insert(0, ROOT)
+                import pytest
+
+                status = int(pytest.main([test, "-q", "-rfE", "-p", "no:warnings", "-p", "no:cacheprovider"]))
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(status)
+        _, wait_status = os.waitpid(pid, 0)
+        out.seek(0)
+        return os.waitstatus_to_exitcode(wait_status), out.read()
+
+
 def run(family):
+    # the libraries once, here; the model code (mutated) in each child. No .pyc files: two
+    # mutations of the same size written in the same second would share a stale one
+    sys.dont_write_bytecode = True
+    os.environ.update(OMP_NUM_THREADS="1", COLUMNS="1000")  # every summary line keeps its reason
+    import fairseq.models.transformer  # noqa: F401
+    import pytest  # noqa: F401
+    import torch
+
+    torch.set_num_threads(1)
+    assert not any(name.split(".")[0] in ("fairseq_ctx", "tests") for name in sys.modules), \
+        "the runner must not import the model code it mutates"
     family_test, mutations = MUTATIONS[family]
     for name, edits, *instead in mutations:
         test = instead[0] if instead else family_test
@@ -291,20 +330,16 @@ def run(family):
                     raise SystemExit(f"{name}: the text to mutate is not in {path} exactly once")
                 with open(full, "w") as handle:
                     handle.write(text.replace(old, new))
-            proc = subprocess.run(
-                [sys.executable, "-m", "pytest", test, "-q", "-rfE", "-p", "no:warnings", "-p", "no:cacheprovider"],
-                # wide enough that every summary line keeps its reason (AssertionError or the crash)
-                cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1", COLUMNS="1000"),
-            )
+            returncode, stdout = _pytest_in_a_fork(test)
         finally:
             for full, text in originals.items():
                 with open(full, "w") as handle:
                     handle.write(text)
-        summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-200:]
-        failures = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+        summary = stdout.strip().splitlines()[-1] if stdout.strip() else "(no output)"
+        failures = [line for line in stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
         # a mutation counts as caught only when an equation check fails (an assertion), not
         # when the mutated code merely crashes (shape errors would "catch" anything)
-        if not proc.returncode:
+        if not returncode:
             verdict = "MISSED"
         elif any("AssertionError" in line or " - assert" in line for line in failures):
             verdict = "CAUGHT"

@@ -184,11 +184,15 @@ def test_fairseq_ctx_train_repairs_before_it_starts_fairseq(tmp_path, monkeypatc
     monkeypatch.setattr(train.subprocess, "call",
                         lambda cmd, **kwargs: started_with.append((save_dir / "checkpoint_last.pt").read_bytes()) or 0)
     common = ["yang2019/both.args", "cpu", "--data", str(tmp_path), "--save-dir", str(save_dir)]
-    # node 1 of two (torchrun: the same command on every node) leaves the shared directory to node 0
+    # node 1 of two (torchrun: the same command on every node) leaves the shared directory to node 0:
+    # it waits (in 5 s steps, here not slept) for node 0 to repair it, up to NODE_WAIT_S, then goes on
     (save_dir / "checkpoint_last.pt").write_bytes(cut)
+    waits = []
+    monkeypatch.setattr(train, "NODE_WAIT_S", 15)
+    monkeypatch.setattr(train.time, "sleep", waits.append)
     with pytest.raises(SystemExit):
         train.main([*common, "--launcher", "torchrun", "--nnodes", "2", "--node-rank", "1", "--master-addr", "n0"])
-    assert started_with == [cut]
+    assert started_with == [cut] and waits == [5, 5, 5]
     with pytest.raises(SystemExit) as exit_:
         train.main(common)
     assert exit_.value.code == 0 and started_with == [cut, whole]
