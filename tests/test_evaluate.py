@@ -28,6 +28,12 @@ def test_a_dropped_sentence_is_an_error_not_a_lower_score():
         parse_hypotheses(GENERATE_OUTPUT, 3)
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85", "\x0c", "\x1e"])
+def test_a_hypothesis_holding_a_unicode_line_separator_is_kept_whole(separator):
+    output = f"S-0\ta\nH-0\t-0.1\tsaid{separator}hello there\nS-1\tb\nH-1\t-0.2\tok\n"
+    assert parse_hypotheses(output, 2) == [f"said{separator}hello there", "ok"]
+
+
 def test_duplicate_hypotheses_are_rejected():
     with pytest.raises(RuntimeError, match="more than one hypothesis"):
         parse_hypotheses(GENERATE_OUTPUT + "H-0\t-0.2\tagain\n", 2)

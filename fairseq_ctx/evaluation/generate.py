@@ -18,7 +18,9 @@ HYPOTHESIS = re.compile(r"^H-(\d+)\t(\S+)\t(.*)$")
 def parse_hypotheses(generate_output, expected):
     """Map sentence id -> hypothesis; raise unless ids are exactly 0..expected-1, once each."""
     hyps = {}
-    for line in generate_output.splitlines():
+    # fairseq-generate ends its lines with \n only; str.splitlines() would also cut a hypothesis
+    # at U+2028, U+0085, \x0c, ... (characters a vocabulary can hold), silently shortening it
+    for line in generate_output.split("\n"):
         match = HYPOTHESIS.match(line)
         if match:
             idx = int(match.group(1))
