@@ -13,6 +13,7 @@ process forked from it (the mutated model code imported there afresh; under a se
 tests/test_equation_mutations_are_caught.py runs it on a copy of the checkout in CI.
 """
 import os
+import signal
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -277,6 +278,10 @@ MUTATIONS = {
 }
 
 
+# seconds a mutation's tests may run (each takes about a second)
+CHILD_TIMEOUT_S = 300
+
+
 def _pytest_in_a_fork(test):
     """Run pytest on ``test`` in a child forked from this process, which has imported torch,
     fairseq and pytest but never fairseq_ctx or the tests: the child imports the (mutated)
@@ -289,6 +294,7 @@ def _pytest_in_a_fork(test):
         if pid == 0:  # the child: its stdout and stderr into ``out``, never back into the caller
             status = 1
             try:
+                signal.alarm(CHILD_TIMEOUT_S)  # a mutation that loops forever ends as killed (SIGALRM)
                 os.dup2(out.fileno(), 1)
                 os.dup2(out.fileno(), 2)
                 os.chdir(ROOT)
@@ -335,7 +341,11 @@ def run(family):
             for full, text in originals.items():
                 with open(full, "w") as handle:
                     handle.write(text)
-        summary = stdout.strip().splitlines()[-1] if stdout.strip() else "(no output)"
+        if returncode < 0:  # killed: the last line would be a crash dump's, not the cause
+            reason = "timed out" if -returncode == signal.SIGALRM else signal.Signals(-returncode).name
+            summary = f"killed by signal {-returncode} ({reason})"
+        else:
+            summary = stdout.strip().splitlines()[-1] if stdout.strip() else "(no output)"
         failures = [line for line in stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
         # a mutation counts as caught only when an equation check fails (an assertion), not
         # when the mutated code merely crashes (shape errors would "catch" anything)

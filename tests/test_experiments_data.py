@@ -349,20 +349,21 @@ def test_opensubtitles_pairs_with_a_blank_side_are_dropped_and_counted(tmp_path,
     local = tmp_path / "opus"
     local.mkdir()
     en, ja, ids = make_opensubtitles_zip(tmp_path / "clean.zip", docs=40, per_doc=6)
-    en[3], ja[10], en[20], ja[20] = "", "  ", "", ""  # one-sided, one-sided (spaces), both sides
+    # one-sided, one-sided (spaces), both sides, and what the Moses tokeniser empties (control characters)
+    en[3], ja[10], en[20], ja[20], en[30] = "", "  ", "", "", "\x01 \x02"
     with zipfile.ZipFile(local / "en-ja.txt.zip", "w") as bundle:
         for suffix, lines in (("en", en), ("ja", ja), ("ids", ids)):
             bundle.writestr(f"OpenSubtitles.en-ja.{suffix}", "".join(x + "\n" for x in lines))
     out = tmp_path / "raw"
     corpora.prepare_opensubtitles(str(out), str(local), offline=True)
     written = {s: (out / f"{s}.en").read_text().splitlines() for s in ("train", "valid", "test")}
-    assert sum(map(len, written.values())) == len(en) - 3
+    assert sum(map(len, written.values())) == len(en) - 4
     for split in written:
         for lang in ("ja", "docs"):
             assert len((out / f"{split}.{lang}").read_text().splitlines()) == len(written[split])
         assert all(line.strip() for lang in ("en", "ja") for line in (out / f"{split}.{lang}").read_text().splitlines())
     err = capsys.readouterr().err
-    assert sum(int(n) for n in re.findall(r"\((\d+) with a blank side dropped", err)) == 3
+    assert sum(int(n) for n in re.findall(r"\((\d+) with a blank side dropped", err)) == 4
 
 
 # -- checksums and counts (local archives, truncated archives, dev/test sizes, manifest) ---------

@@ -12,7 +12,9 @@
 * Cross aggregation (Cao et al.): routing statistics per layer, collected with forward
   hooks on every ``CrossAggregation`` module (the model has no hook of its own): the
   vertical head weights lambda (Eq. 13, mean per head), the normalised entropy of the
-  final vertical coupling over heads (1 = uniform, 0 = one head), and the size of the
+  vertical coupling over heads that the last routing iteration used (Alg. 1 line 4 of
+  iteration T: softmax of the agreements after T - 1 updates; 1 = uniform, 0 = one head;
+  exactly 1 for T = 1), and the size of the
   routed term relative to the logits it is added to (sum |Omega| / sum |E| over the
   unmasked keys, Eq. 9). Every figure is pooled over the real tokens of the data set
   (padding queries left out), so it does not depend on the batching.
@@ -255,8 +257,8 @@ class RoutingRecorder:
 
             logits = inputs[0]
             padding = inputs[1] if len(inputs) > 1 else None
-            if len(inputs) > 2 and inputs[2]:
-                return  # an incremental (one-step) call: the statistics are of full passes
+            if len(inputs) > 2 and inputs[2] is not None:
+                return  # an incremental call (a state, {} at the first step): the statistics are of full passes
             bsz, _, num_queries, _ = logits.shape
             # the real queries: padding rows hold finite logits (over real keys) but are no
             # token of the data; every sum below runs over real queries only
@@ -271,9 +273,16 @@ class RoutingRecorder:
             stats["routed_abs"] += routed.float().abs()[keep].double().sum().item()
             stats["logit_abs"] += votes.abs()[keep].double().sum().item()
             if module.vertical:
-                _, agreement = vertical_routing(votes, module.iters)  # final B, Alg. 1
+                _, agreement = vertical_routing(votes, module.iters)  # B after the last iteration (Eq. 13's)
                 agreement = agreement * query_valid.unsqueeze(1)  # as the module does (Eq. 13)
-                coupling = agreement.softmax(dim=1)  # over heads, per query (Alg. 1 line 4)
+                # the coupling the last iteration used (Alg. 1 line 4 of iteration T): softmax of B
+                # after T - 1 updates (B = 0, uniform, for T = 1), not of the final B, which no
+                # iteration turns into a coupling
+                if module.iters > 1:
+                    _, used = vertical_routing(votes, module.iters - 1)
+                else:
+                    used = torch.zeros_like(agreement)
+                coupling = used.softmax(dim=1)  # over heads, per query
                 entropy = -(coupling * coupling.clamp_min(1e-12).log()).sum(1) / math.log(module.num_heads)
                 stats["coupling_entropy"] += entropy[query_valid].double().sum().item()
                 stats["queries"] += int(query_valid.sum())

@@ -133,7 +133,8 @@ def split_documents(
         blank_s, blank_t = s.strip() == "", t.strip() == ""
         if blank_s != blank_t:
             side = "source" if blank_s else "target"
-            raise CorpusError(f"line {i + 1}: {side} is blank but the other side is not (misaligned corpus)")
+            raise CorpusError(f"line {i + 1}: {side} is blank but the other side is not (a misaligned corpus, "
+                              "or a line the tokeniser emptied: drop such pairs before this step)")
         if doc_ids is not None:
             if blank_s:
                 raise CorpusError(f"line {i + 1} is blank on both sides: with --doc-ids the ids mark the documents, "

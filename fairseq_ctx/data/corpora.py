@@ -650,14 +650,15 @@ def prepare_opensubtitles(outdir, local=None, cache=None, offline=False, directi
     src_lang, tgt_lang = direction.split("-")
     # a pair with a blank side (an untranslated or empty subtitle) is no translation example, and
     # the 2-to-2 variant (concat_context --doc-ids) refuses it: dropped here, for both variants
-    # alike, and counted (the manifest's counts are of the release's pairs, before this)
+    # alike, and counted (the manifest's counts are of the release's pairs, before this). Blank
+    # as the tokenisers leave it: the Moses tokeniser deletes ASCII control characters
     blank = dict.fromkeys(counts, 0)
     with contextlib.ExitStack() as outputs:  # an error discards every output
         out = {(split, kind): outputs.enter_context(atomic_write(os.path.join(outdir, f"{split}.{kind}")))
                for split in counts for kind in (src_lang, tgt_lang, "docs")}
         for en, ja, doc in rows("OpenSubtitles: write"):
             split = document_split(doc)
-            if not en.strip() or not ja.strip():
+            if blank_after_tokenising(en) or blank_after_tokenising(ja):
                 blank[split] += 1
                 continue
             side = {"en": en, "ja": ja}
@@ -667,6 +668,16 @@ def prepare_opensubtitles(outdir, local=None, cache=None, offline=False, directi
     for split, n in counts.items():
         dropped = f" ({blank[split]} with a blank side dropped: {n - blank[split]} written)" if blank[split] else ""
         print(f"opensubtitles {split}: {n} pairs{dropped}", file=sys.stderr)
+
+
+ASCII_CONTROL = re.compile(r"[\x00-\x1f]")
+
+
+def blank_after_tokenising(text):
+    """Whether ``text`` is blank once tokenised: nothing but whitespace and ASCII control
+    characters (which sacremoses' tokeniser deletes; MeCab keeps them, so a Japanese side that
+    is only those is dropped as well: no sentence either)."""
+    return not ASCII_CONTROL.sub("", text).strip()
 
 
 # -- cleaning (train only, after tokenisation) -------------------------------------------------

@@ -307,7 +307,11 @@ def resolve(args, parser):
     for option, path in (("--ref", args.ref), ("--baseline-hyp", args.baseline_hyp),
                          ("--source", args.source if args.length_buckets else None)):
         if path:
-            lines[option] = (path, len(read_lines(path)))
+            try:
+                lines[option] = (path, len(read_lines(path)))
+            except UnicodeDecodeError as error:
+                parser.error(f"{option} {path} is not valid UTF-8 ({error.reason} at byte {error.start}): "
+                             "convert it first (e.g. iconv)")
     for option, (path, count) in lines.items():
         if count != lines["--ref"][1]:
             parser.error(f"{option} {path} has {count} lines but --ref {args.ref} has {lines['--ref'][1]}: "

@@ -41,7 +41,9 @@ case "$variant" in both|plain|concat) ;; *) die "--variant must be both, plain o
 [ -z "$checksums" ] || [ -f "$checksums" ] || die "checksum manifest not found: $checksums"
 src=${direction%-*}; tgt=${direction#*-}
 out=${out:-${FAIRSEQ_CTX_WORK:-work}/opensubtitles-$direction}
-check_settings "direction=$direction vocab=$vocab"
+# blank-pairs: pairs with a blank side are dropped (corpora.prepare_opensubtitles); a directory
+# prepared before that rule holds them and is not the same test set
+check_settings "direction=$direction vocab=$vocab blank-pairs=dropped"
 splits=(train valid test)
 
 do_raw() {
