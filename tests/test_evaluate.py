@@ -227,6 +227,15 @@ def test_line_counts_are_checked_before_anything_is_generated(files, capsys):
     assert not (files / "out").exists()
 
 
+def test_a_reference_in_another_encoding_is_one_line_before_anything_is_generated(files, capsys):
+    (files / "ref").write_bytes("caf\u00e9\n".encode("latin-1"))
+    base = ["--data", str(files / "bin"), "--path", str(files / "ckpt.pt"), "--src", "en", "--tgt", "de",
+            "--ref", str(files / "ref"), "--out-dir", str(files / "out")]
+    line = _fails(capsys, base)
+    assert "--ref" in line and "not valid UTF-8" in line, line
+    assert not (files / "out").exists()
+
+
 def test_strip_concat_refuses_a_2to2_reference_before_anything_is_generated(files, capsys, monkeypatch):
     """--strip-concat strips the hypotheses only: scored against the 2-to-2 target file (context
     <CONCAT> sentence), a perfect system got 36 BLEU instead of 100."""
