@@ -405,10 +405,11 @@ def paired_bs(base_hyps, sys_hyps, refs, tgt="en", n_samples=1000):
     """Per-seed paired bootstrap (``evaluation.scoring.paired_test``), with its CIs."""
     from sacrebleu.metrics import BLEU
 
-    from fairseq_ctx.evaluation.scoring import paired_test, sacrebleu_tokenizer
+    from fairseq_ctx.evaluation.scoring import p_value_meaningful, paired_test, sacrebleu_tokenizer
 
     signature, b, s = paired_test(base_hyps, sys_hyps, refs, BLEU(tokenize=sacrebleu_tokenizer(tgt)), n_samples)
     return {"baseline_bleu": b.score, "system_bleu": s.score, "p_value": s.p_value,
+            "p_value_meaningful": p_value_meaningful(b, s, n_samples),
             "system_mean": s.mean, "system_ci": s.ci, "baseline_mean": b.mean,
             "baseline_ci": b.ci, "signature": signature}
 
@@ -544,6 +545,13 @@ def _f(x, nd=2):
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
+def _bootstrap_p(paired):
+    """A seed's bootstrap p, or "n/a" where no resample differs (sacreBLEU's floor p, not evidence)."""
+    if paired and paired.get("p_value_meaningful") is False:
+        return "n/a (equal)"
+    return _f((paired or {}).get("p_value"), 3)
+
+
 def _ci(st, nd=2):
     if st.get("ci_low") is None:  # one seed, no spread, or a diverged seed: the mean alone (or -)
         return "-" if st.get("mean_diff") is None else f"{st['mean_diff']:+.{nd}f}"
@@ -672,7 +680,7 @@ def markdown(summary, comparisons, baselines, meta, curves=None, curve_compariso
             _f(st.get("p_t"), 3) if c else "",
             _p_wilcoxon(st) if c else "",
             f"{st['better']} / {st['worse']}" if c and st and st.get("better") is not None else "",
-            " / ".join(_f((c["per_seed"][k] or {}).get("p_value"), 3) for k in c["seeds"]) if c else "",
+            " / ".join(_bootstrap_p(c["per_seed"][k]) for k in c["seeds"]) if c else "",
             (f"{c['significant_better']} / {c['significant_worse']}"
              + (f" of {len(c['bootstrap_seeds'])}" if len(c["bootstrap_seeds"]) < len(c["seeds"]) else ""))
             if c else "",

@@ -109,6 +109,26 @@ def test_run_resume_stats_and_paired_bootstrap(qc, tmp_path, jobs):
     json.dumps(comp)  # serialisable
 
 
+def test_a_seed_whose_outputs_are_the_baselines_gets_no_bootstrap_p(qc):
+    """No resample can differ: sacreBLEU's p is its floor (1 / 201 here), which would read as
+    significant; the report says n/a, as fairseq-ctx-evaluate does."""
+    refs = _refs()
+    hyps = [r if i % 3 else "zz yy" for i, r in enumerate(refs)]
+    other = [r if i % 4 else "zz yy" for i, r in enumerate(refs)]
+    results = {"00-transformer": {1: {"bleu": 1.0, "hyps": hyps}, 2: {"bleu": 1.0, "hyps": hyps}},
+               "01-x": {1: {"bleu": 1.0, "hyps": list(hyps)}, 2: {"bleu": 2.0, "hyps": other}}}
+    baselines = {"00-transformer": None, "01-x": "00-transformer"}
+    comp = qc.compare(results, baselines, refs, n_samples=200)
+    same, differ = comp["01-x"]["per_seed"][1], comp["01-x"]["per_seed"][2]
+    assert same["p_value"] <= 1 / 201 + 1e-12 and same["p_value_meaningful"] is False
+    assert differ["p_value_meaningful"] is True
+    summary = {n: qc.summarize([results[n][s]["bleu"] for s in (1, 2)]) for n in results}
+    md = qc.markdown(summary, comp, baselines, {"updates": 10, "seeds": [1, 2], "date": "d", "data": "x",
+                                                 "test_sentences": len(refs), "beam": 5, "common": "c"})
+    row = next(line for line in md.splitlines() if line.startswith("| 01-x |"))
+    assert f"n/a (equal) / {differ['p_value']:.3f}" in row, row
+
+
 def test_failed_run_raises_and_leaves_no_result(qc, tmp_path):
     configs = {"00-transformer": ["--arch", "transformer"], "01-broken": ["--arch", "transformer_x"]}
 

@@ -139,13 +139,17 @@ def paired_bootstrap(baseline, system, references, lang, samples=1000, seed=1234
     else:
         metric = sacrebleu.metrics.BLEU(tokenize=sacrebleu_tokenizer(lang))
     _, base, ours = paired_test(baseline, system, references, metric, samples, seed)
-    # no difference in any resample (identical outputs, or BLEU 0 for both): sacreBLEU's p is then
-    # its floor, 1 / (samples + 1), which reads as significant (see significance_mark); equal
-    # scores of different outputs give an ordinary p (~0.4)
-    degenerate = ours.score == base.score and ours.p_value <= 1.0 / (samples + 1) + 1e-12
     return {"baseline": round(base.score, 2), "system": round(ours.score, 2),
             "delta": round(ours.score - base.score, 2), "p_value": ours.p_value, "samples": samples,
-            "p_value_meaningful": not degenerate, "on": "tokenized BLEU" if tokenized else "sacreBLEU"}
+            "p_value_meaningful": p_value_meaningful(base, ours, samples),
+            "on": "tokenized BLEU" if tokenized else "sacreBLEU"}
+
+
+def p_value_meaningful(base, ours, samples):
+    """False when no resample differs (identical outputs, or BLEU 0 for both): sacreBLEU's p is
+    then its floor, 1 / (samples + 1), which reads as significant (see significance_mark); equal
+    scores of different outputs give an ordinary p (~0.4). ``base`` / ``ours``: paired_test's scores."""
+    return not (ours.score == base.score and ours.p_value <= 1.0 / (samples + 1) + 1e-12)
 
 
 def significance_mark(p_value, delta=1.0, glyphs=("\u2191", "\u21d1")):
