@@ -53,3 +53,18 @@ def test_an_interrupted_length_plot_leaves_no_png(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         scoring.plot_length_buckets({"system": rows}, str(tmp_path / "length.png"))
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_the_gate_plot_shows_the_gates_or_for_an_ungated_model_the_context_size(tmp_path, monkeypatch, gated):
+    row = {"layer": 1, "context_q": 0.3, "context_k": 0.2, "tv_context": 0.1, "tv_stock": 0.2, "positions": 9}
+    if gated:
+        row.update(lambda_q=0.4, lambda_k=0.6)
+    plotted = {}
+    monkeypatch.setattr(model_statistics, "_plot",
+                        lambda path, series, ylabel, title: plotted.update(series=series, title=title) or
+                        open(path, "wb").close())
+    model_statistics.write_gates({"sentences": 2, "gates": {"encoder": [row], "decoder": []}}, str(tmp_path))
+    names = ("lambda_q", "lambda_k") if gated else ("context_q", "context_k")
+    assert plotted["series"] == {f"encoder {name}": ([1], [row[name]]) for name in names}
+    assert plotted["title"].startswith("Context gates per layer") == gated

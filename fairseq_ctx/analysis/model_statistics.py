@@ -349,24 +349,30 @@ def _plot(path, series, ylabel, title):
 
 
 def write_gates(result, out_dir):
-    rows, series = [], {}
+    rows, series, sizes = [], {}, {}
     for side, layers in result["gates"].items():
         for row in layers:
             rows.append((side, row["layer"], _fmt(row.get("lambda_q")), _fmt(row.get("lambda_k")),
                          *(_fmt(row.get(name)) for name in ("context_q", "context_k", "tv_context", "tv_stock")),
                          row.get("positions", "")))
-        for name in ("lambda_q", "lambda_k"):
-            points = [(r["layer"], r[name]) for r in layers if name in r]
-            if points:
-                series[f"{side} {name}"] = ([p[0] for p in points], [p[1] for p in points])
+        for plotted, names in ((series, ("lambda_q", "lambda_k")), (sizes, ("context_q", "context_k"))):
+            for name in names:
+                points = [(r["layer"], r[name]) for r in layers if name in r]
+                if points:
+                    plotted[f"{side} {name}"] = ([p[0] for p in points], [p[1] for p in points])
     table = markdown_table(["side", "layer", "lambda_Q", "lambda_K", "rms(lQ CU_Q)/rms((1-lQ) Q)",
                             "rms(lK CU_K)/rms((1-lK) K), centred", "TV vs no context term", "TV vs Q, K",
                             "positions"], rows)
     seed = f" (dropout masks seeded {result['seed']})" if result.get("seed") is not None else ""
     table = (f"{result.get('mode', 'eval')} mode{seed}, {result['sentences']} sentences, non-padding positions; "
              "TVs per head, averaged over heads and queries (see model_statistics.ContextSizeRecorder)\n\n" + table)
-    title = "Context gates per layer (Yang et al. Fig. 2-3)" + (", train mode" if result.get("mode") == "train" else "")
-    _write(out_dir, "gates", result, table, lambda path: _plot(path, series, "average gate", title))
+    mode = ", train mode" if result.get("mode") == "train" else ""
+    if series:
+        title, ylabel = "Context gates per layer (Yang et al. Fig. 2-3)" + mode, "average gate"
+    else:  # an ungated model (--no-context-gate): the size of its context term instead of an empty plot
+        series, ylabel = sizes, "rms(C U) / rms(Q or K), keys centred"
+        title = "Context term size per layer (no gates)" + mode
+    _write(out_dir, "gates", result, table, lambda path: _plot(path, series, ylabel, title))
     return table
 
 
