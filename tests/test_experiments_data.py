@@ -320,9 +320,27 @@ def test_prepare_opensubtitles_document_split_and_2to2_variant(tmp_path):
     concat = (out / "concat" / "train.ja").read_text().splitlines()
     tok = (out / "tok" / "train.ja").read_text().splitlines()
     assert len(concat) == len(tok) and concat[1] == f"{tok[0]} <CONCAT> {tok[1]}"  # same document
-    assert "<CONCAT>" in (out / "spm" / "concat" / "train.en").read_text().split()  # kept whole
+    assert "<CONCAT>" in (out / "spm-concat" / "train.en").read_text().split()  # kept whole
     assert (out / "bin" / "train.ja-en.ja.bin").exists() and (out / "bin-concat" / "dict.ja.txt").exists()
     assert "<CONCAT>" in (out / "bin-concat" / "dict.en.txt").read_text()
+
+
+def test_prepare_opensubtitles_plain_then_both_adds_the_same_2to2_corpus(tmp_path):
+    """A directory prepared with --variant plain gains bin-concat when re-run with the default
+    (both), identical to a single run's; it used to fail in bin-concat (the concat encoding
+    lived inside the finished spm step)."""
+    local = tmp_path / "opus"
+    local.mkdir()
+    make_opensubtitles_zip(local / "en-ja.txt.zip", docs=30, per_doc=6)
+    script = os.path.join(ROOT, "scripts", "data", "prepare-opensubtitles.sh")
+    common = ["--local-dir", str(local), "--vocab-size", "70", "--offline"]
+    stepwise, whole = tmp_path / "stepwise", tmp_path / "whole"
+    run(["bash", script, "--out", str(stepwise), "--variant", "plain", *common])
+    assert (stepwise / "bin").is_dir() and not (stepwise / "bin-concat").exists()
+    run(["bash", script, "--out", str(stepwise), *common])
+    run(["bash", script, "--out", str(whole), *common])
+    for name in ("dict.ja.txt", "dict.en.txt", "test.ja-en.ja.bin", "train.ja-en.en.bin"):
+        assert (stepwise / "bin-concat" / name).read_bytes() == (whole / "bin-concat" / name).read_bytes(), name
 
 
 def test_prepare_wmt_separate_bpe_learns_one_code_file_per_language(tmp_path):

@@ -63,24 +63,33 @@ do_concat() {
     done
 }
 do_spm() {
-    local s l
+    local l
     for l in "$src" "$tgt"; do
         $PY -m fairseq_ctx.data.sentencepiece_model train --input "$out/tok/train.$l" \
             --model-prefix "$partial/spm.$l" --vocab-size "$vocab" --symbol "<CONCAT>"
         spm_encode "$partial/spm.$l.model" "$out/tok" "$partial" "$l" "${splits[@]}"
-        if [ -d "$out/concat" ]; then
-            mkdir -p "$partial/concat"
-            spm_encode "$partial/spm.$l.model" "$out/concat" "$partial/concat" "$l" "${splits[@]}"
-        fi
     done
 }
+# the 2-to-2 corpus encoded with the sentence-level models (trained on tok/ alone), in a step
+# of its own: a directory prepared with --variant plain gains bin-concat when re-run with both
+do_spm_concat() {
+    local l
+    for l in "$src" "$tgt"; do spm_encode "$out/spm/spm.$l.model" "$out/concat" "$partial" "$l" "${splits[@]}"; done
+}
+# spm/concat: where a preparation before spm-concat was a step of its own encoded it
+concat_spm=spm-concat
+[ -d "$out/spm/concat" ] && concat_spm=spm/concat
 do_bin() { binarize spm "$src" "$tgt"; }
-do_bin_concat() { binarize spm/concat "$src" "$tgt"; }
+do_bin_concat() { binarize "$concat_spm" "$src" "$tgt"; }
 
 run_step raw do_raw
 run_step tok do_tok
 [ "$variant" != plain ] && run_step concat do_concat
 run_step spm do_spm
+[ "$variant" != plain ] && [ "$concat_spm" = spm-concat ] && run_step spm-concat do_spm_concat
 [ "$variant" != concat ] && run_step bin do_bin
 [ "$variant" != plain ] && run_step bin-concat do_bin_concat
-echo "$prog: ready: $out (bin: sentence-level, bin-concat: 2-to-2; raw references: $out/raw/test.$tgt)"
+case "$variant" in
+    both) built="bin: sentence-level, bin-concat: 2-to-2" ;; plain) built="bin: sentence-level" ;; concat) built="bin-concat: 2-to-2" ;;
+esac
+echo "$prog: ready: $out ($built; raw references: $out/raw/test.$tgt)"
