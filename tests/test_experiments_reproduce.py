@@ -49,8 +49,15 @@ def test_dry_run_prints_train_and_eval_for_every_cell(key, tmp_path, capsys):
         assert sum("--strip-concat" in line and "bin-concat" in line for line in evals) == 2 * len(table.rows)
         assert all("--max-tokens 2000" in line and "--distributed-world-size 2" in line and "nag" in line
                    for line in trains)
+    data = [line for line in out.splitlines() if line.startswith("# data: ")]
+    assert len(data) == len({(c.data, c.bin) for c in table.columns})  # each binarised directory once
+    assert all(line.endswith(f"--out /data/{line.split()[2].split('/')[2]})") for line in data)
     if key == "cao_table1":
         assert all("--update-freq 12" in line and "wmt17-zh-en-len50" in line for line in trains)
+        assert data == ["# data: /data/wmt17-zh-en-len50/bin (not prepared: fairseq-ctx-prepare-data wmt17-zh-en "
+                        "--max-len 49 --extra-train CWMT_PART_PREFIX ... --out /data/wmt17-zh-en-len50)"]
+    if key == "iida2019_table3":  # the per-length test sets need --length-eval
+        assert data[0].endswith("--direction ja-en --length-eval --out /data/aspec-ja-en)")
     if key == "yang2019_table1":
         assert all("--max-tokens 4096" in line and "--distributed-world-size 8" in line for line in trains)
         assert all("--average-last 5" in line for line in evals)

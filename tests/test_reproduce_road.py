@@ -66,6 +66,33 @@ def test_slurm_launcher_uses_fairseqs_own_slurm_support(monkeypatch):
     assert cmd[8:10] == ["--cpus-per-task", "4"], cmd[:12]
 
 
+def _last_value(cmd, option):
+    return [cmd[i + 1] for i, word in enumerate(cmd) if word == option][-1]  # argparse: the last wins
+
+
+def test_the_cpu_setting_decides_the_accumulation_as_every_setting_does():
+    """iida2019/lstm_multihop.args carries --update-freq 2: under the cpu setting that one row
+    (dep_h2k2) trained on twice the tokens per update of the rows it is compared with."""
+    config = os.path.join(train.CONFIGS, "iida2019", "lstm_multihop.args")
+    assert "--update-freq" in train.model_args(config)
+    for setting in ("cpu", "iida"):
+        assert _last_value(train.build_command(config, setting, "BIN", "SAVE"), "--update-freq") == "1"
+    # the options after -- still decide
+    cmd = train.build_command(config, "cpu", "BIN", "SAVE", extra=["--update-freq", "3"])
+    assert _last_value(cmd, "--update-freq") == "3"
+
+
+def test_cpu_processes_start_through_torchrun_with_gloo():
+    """fairseq's spawn launcher starts one process per GPU: --setting cpu --gpus 2 with it was
+    accepted and could not start; torchrun needed --backend gloo, said nowhere."""
+    config = os.path.join(train.CONFIGS, "cao", "cross_zero.args")
+    with pytest.raises(train.BatchError, match="--launcher torchrun"):
+        train.build_command(config, "cpu", "BIN", "SAVE", gpus=2)
+    cmd = train.build_command(config, "cpu", "BIN", "SAVE", gpus=2, launcher="torchrun")
+    assert _last_value(cmd, "--distributed-backend") == "gloo" and "--cpu" in cmd
+    assert "--distributed-backend" not in train.build_command(config, "cpu", "BIN", "SAVE")  # one process
+
+
 def test_training_never_drops_validation_sentences():
     cmd = train.build_command(os.path.join(train.CONFIGS, "cao", "cross_zero.args"), "cao", "BIN", "SAVE")
     assert cmd[cmd.index("--required-batch-size-multiple") + 1] == "1"
@@ -210,6 +237,11 @@ def test_preflight_refuses_before_any_training_when_data_is_missing(tmp_path):
     assert "preflight found problems (nothing was trained)" in proc.stderr
     assert proc.stderr.count("missing ") >= 2 and "Traceback" not in proc.stderr
     assert not (tmp_path / "r" / "cao").exists()
+    # each with the command that prepares it where this run looks: Cao's length filter included
+    nodata = tmp_path / "nodata"
+    assert (f"fairseq-ctx-prepare-data wmt17-zh-en --max-len 49 --extra-train CWMT_PART_PREFIX ... "
+            f"--out {nodata / 'wmt17-zh-en-len50'}") in proc.stderr
+    assert f"fairseq-ctx-prepare-data wmt14-en-de --out {nodata / 'wmt14-en-de'}" in proc.stderr
 
 
 def test_a_run_whose_cells_fail_exits_nonzero_with_one_line_per_cell(tmp_path):

@@ -38,6 +38,7 @@ from ..paths import CHECKOUT, WORK_DIR, python_env
 from ..resumptions import resumptions_in_log
 from ..run_lock import RunLock, held_fds
 from . import train as train_mod
+from .tables import prepare_command
 from .train import CONFIGS, EXACT_RESUME_TASK, PAPER_SETTING, ROOT, fairseq_train_argv
 
 SMOKE_UPDATES = 12  # checkpoints at 2, 4, ..., 12 updates, the last 5 kept: averaging of the last 5 runs for real,
@@ -356,6 +357,10 @@ def model_build_problems(cells, log=None) -> List[str]:
     return problems
 
 
+def cell_prepare_command(cell):
+    return prepare_command(cell.column, cell.data_dir, length_eval=cell.table.kind == "length")
+
+
 def preflight(cells, options, param_counts=None) -> List[str]:
     """Everything that would make a cell fail later, found before any training."""
     problems = model_build_problems(cells)
@@ -374,8 +379,8 @@ def preflight(cells, options, param_counts=None) -> List[str]:
             need.append(os.path.join(cell.data_dir, "raw", f"{col.subset}.{col.tgt}"))
         for path in need:
             if not os.path.exists(path):
-                problems.append(f"{cell.name}: missing {path} (prepare the data with scripts/data/; see "
-                                "docs/experiments.md)")
+                problems.append(f"{cell.name}: missing {path}; prepare it with: {cell_prepare_command(cell)} "
+                                "(docs/experiments.md)")
                 break
     setting = options.setting or PAPER_SETTING[cells[0].table.paper] if cells else None
     if cells and setting not in ("cpu",):
@@ -698,7 +703,8 @@ def build_parser(table):
                         help="the whole pipeline of every cell at smoke scale: small real corpora prepared by the "
                              "real data scripts, tiny models, a few updates, CPU (minutes)")
     parser.add_argument("--dry-run", action="store_true", help="print every command and effective batch, run nothing")
-    parser.add_argument("--setting", default=None, help=f"training setting (default {PAPER_SETTING[table.paper]})")
+    parser.add_argument("--setting", default=None, choices=[*train_mod.SETTINGS, "modern", "cpu"],
+                        help=f"training setting (default {PAPER_SETTING[table.paper]})")
     train_mod.add_hardware_options(parser)
     parser.add_argument("--backend", default=None, help="--distributed-backend (gloo for CPU processes)")
     parser.add_argument("--cpu-max-tokens", type=int, default=None, help="--max-tokens of the cpu setting")
@@ -791,6 +797,9 @@ def main(table_key, argv=None):
                                                                                        table.evaluation)}):
         print(f"reproduce: warning: {warning}", file=sys.stderr, flush=True)
     if options.dry_run:
+        for bin_dir, cell in {c.bin_dir: c for c in cells}.items():  # a step is renamed into place when done
+            print(f"# data: {bin_dir} " + ("(prepared)" if os.path.isdir(bin_dir) else
+                                           f"(not prepared: {cell_prepare_command(cell)})"))
         for cell in cells:
             if cell.hw.effective is not None:
                 print(f"# {cell.name}: effective batch: {cell.hw.effective} tokens ({cell.hw.describe()})")

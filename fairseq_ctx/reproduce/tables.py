@@ -6,9 +6,9 @@ numbers, and how to run, collect and print it.
     (in a checkout also: python scripts/reproduce/<paper>_<table>.py ...)
 
 Data directories (the defaults of fairseq-ctx-prepare-data CORPUS under --data-root):
-  wmt14-en-de, wmt14-en-fr, wmt17-zh-en, wmt17-zh-en-len50 (fairseq-ctx-prepare-data wmt17-zh-en
-  --max-len 49 --out work/wmt17-zh-en-len50, Cao's filter), aspec-ja-en, aspec-en-ja,
-  opensubtitles-ja-en, opensubtitles-en-ja (bin / bin-concat).
+  wmt14-en-de, wmt14-en-fr, wmt17-zh-en, wmt17-zh-en-len50 (wmt17-zh-en --max-len 49, Cao's
+  filter), aspec-ja-en, aspec-en-ja, opensubtitles-ja-en, opensubtitles-en-ja (bin / bin-concat).
+  --dry-run and the preflight print the command that prepares each one (prepare_command).
 Results: <results>/<setting tag>/<config>-<training key>/<data>/{train.json, checkpoints,
 eval/<subset>-<evaluation key>/result.json}: one directory per distinct training, shared by
 every table that trains the same model. A table is assembled from whatever result.json files
@@ -34,6 +34,15 @@ class Column:
     remove_bpe: Optional[str] = None  # "sentencepiece" for the SentencePiece corpora
     strip_concat: bool = False
     subset: str = "test"  # the gen-subset scored (Yang Table 3: valid = newstest2013)
+    # the fairseq-ctx-prepare-data arguments that build `data` (before --out); "" = CORPUS `data`
+    prepare: str = ""
+
+
+def prepare_command(column, data_dir, length_eval=False):
+    """The command that prepares a column's data directory, with --out naming that very directory
+    (so it holds wherever --data-root / FAIRSEQ_CTX_WORK put it)."""
+    words = ["fairseq-ctx-prepare-data", *(column.prepare or column.data).split()]
+    return " ".join(words + (["--length-eval"] if length_eval else []) + ["--out", data_dir])
 
 
 @dataclass
@@ -83,18 +92,21 @@ class Table:
 
 EN_DE = Column("En-De", "wmt14-en-de", "en", "de")
 EN_FR = Column("En-Fr", "wmt14-en-fr", "en", "fr")
-ZH_EN = Column("Zh-En", "wmt17-zh-en", "zh", "en")
-ZH_EN_50 = Column("Zh-En", "wmt17-zh-en-len50", "zh", "en")
+CWMT = "--extra-train CWMT_PART_PREFIX ..."  # the registered CWMT parts, one --extra-train each
+ZH_EN = Column("Zh-En", "wmt17-zh-en", "zh", "en", prepare=f"wmt17-zh-en {CWMT}")
+ZH_EN_50 = Column("Zh-En", "wmt17-zh-en-len50", "zh", "en", prepare=f"wmt17-zh-en --max-len 49 {CWMT}")
 SP = "sentencepiece"
-ASPEC_JA_EN = Column("ASPEC ja-en", "aspec-ja-en", "ja", "en", remove_bpe=SP)
-ASPEC_EN_JA = Column("ASPEC en-ja", "aspec-en-ja", "en", "ja", remove_bpe=SP)
+ASPEC = "aspec --local-dir ASPEC/ASPEC-JE"  # licensed by application: a local copy
+ASPEC_JA_EN = Column("ASPEC ja-en", "aspec-ja-en", "ja", "en", remove_bpe=SP, prepare=f"{ASPEC} --direction ja-en")
+ASPEC_EN_JA = Column("ASPEC en-ja", "aspec-en-ja", "en", "ja", remove_bpe=SP, prepare=f"{ASPEC} --direction en-ja")
+_OS = {d: dict(remove_bpe=SP, prepare=f"opensubtitles --direction {d}") for d in ("ja-en", "en-ja")}
 IIDA_COLUMNS = [
-    Column("OS ja-en", "opensubtitles-ja-en", "ja", "en", remove_bpe=SP),
-    Column("OS en-ja", "opensubtitles-en-ja", "en", "ja", remove_bpe=SP),
+    Column("OS ja-en", "opensubtitles-ja-en", "ja", "en", **_OS["ja-en"]),
+    Column("OS en-ja", "opensubtitles-en-ja", "en", "ja", **_OS["en-ja"]),
     ASPEC_JA_EN,
     ASPEC_EN_JA,
-    Column("OS+ctx ja-en", "opensubtitles-ja-en", "ja", "en", bin="bin-concat", remove_bpe=SP, strip_concat=True),
-    Column("OS+ctx en-ja", "opensubtitles-en-ja", "en", "ja", bin="bin-concat", remove_bpe=SP, strip_concat=True),
+    Column("OS+ctx ja-en", "opensubtitles-ja-en", "ja", "en", bin="bin-concat", strip_concat=True, **_OS["ja-en"]),
+    Column("OS+ctx en-ja", "opensubtitles-en-ja", "en", "ja", bin="bin-concat", strip_concat=True, **_OS["en-ja"]),
 ]
 
 # What each row claims to be, as fairseq parses its config (tests/test_reproduce_tables.py

@@ -16,8 +16,11 @@ unless --allow-batch-change):
   iida    2 GPUs x 2000 tokens, fp32 (Iida: NAG lr 0.005, 20 epochs in configs/iida2019/train.args)
   modern  bf16 on --gpus G (default: all visible), the SAME effective batch as the paper's
           setting (--reference, default the paper's own), max-tokens per GPU <= --max-tokens-per-gpu
-  cpu     --cpu, fp32, 1 process (tests, smoke runs); --max-tokens 4096 (the demo's) unless the
-          config or the options after -- give a batch (--max-tokens / --batch-size)
+  cpu     --cpu, fp32, 1 process (tests, smoke runs), --update-freq 1 (a row config's accumulation
+          is overridden, as by every setting); --max-tokens 4096 (the demo's) unless the config or
+          the options after -- give a batch (--max-tokens / --batch-size). --gpus N: N CPU
+          processes, through --launcher torchrun with the gloo backend (spawn is refused: fairseq
+          spawns one process per GPU)
 
 Launchers: ``spawn`` (default): fairseq-train --distributed-world-size N on one node (fairseq
 spawns one process per GPU). ``torchrun``: torchrun --nproc-per-node N [--nnodes M --node-rank R
@@ -164,7 +167,10 @@ def setting_args(setting, paper=None, gpus=None, max_tokens_per_gpu=16384, refer
 
 def hardware_args(hw):
     if hw.precision == "cpu":
-        return ["--cpu"] + ([] if hw.max_tokens is None else ["--max-tokens", str(hw.max_tokens)])
+        # --update-freq too: iida2019/lstm_multihop.args' own --update-freq 2 would otherwise give
+        # that one row twice the tokens per update of the rows it is compared with
+        return ["--cpu", "--update-freq", str(hw.update_freq)] + (
+            [] if hw.max_tokens is None else ["--max-tokens", str(hw.max_tokens)])
     args = ["--max-tokens", str(hw.max_tokens), "--update-freq", str(hw.update_freq)]
     return args + (["--bf16"] if hw.precision == "bf16" else [])
 
@@ -210,6 +216,11 @@ def build_command(config, setting, data, save_dir, extra=(), launcher="spawn", g
             "--save-dir", save_dir, "--required-batch-size-multiple", "1", *extra]
     if not any(w == "--task" or w.startswith("--task=") for w in [*words, *extra]):
         args += ["--task", EXACT_RESUME_TASK]
+    if hw.precision == "cpu" and hw.world > 1:
+        if launcher == "spawn":
+            raise BatchError(f"the cpu setting with {hw.world} processes needs --launcher torchrun (fairseq's "
+                             "spawn launcher starts one process per GPU and cannot start CPU processes)")
+        backend = backend or "gloo"  # fairseq's default, nccl, has no CPU tensors
     if backend:
         args += ["--distributed-backend", backend]
     if hw.precision == "cpu" and hw.world > 1:
