@@ -167,6 +167,8 @@ def test_explicit_options_override_the_paper(files):
     assert (args.beam, args.lenpen, args.max_len_b, args.compound_split) == (9, 1.2, 300, "no")
     assert (args.max_len_a, args.average_last) == (yang.max_len_a, yang.average_last)  # the rest: the paper's
     assert _parse(files, "--paper", "yang2019", "--average-last", "0").average_last == 0
+    with pytest.raises(SystemExit):  # -1 averaged every checkpoint but the oldest
+        _parse(files, "--paper", "yang2019", "--average-last", "-1")
     assert _parse(files, "--paper", "iida2019", "--average-last", "2").average_last == 2
     # a checkpoint file is evaluated as it is: the paper's averaging does not apply
     assert _parse(files, "--paper", "yang2019", checkpoint=("--path",)).average_last == 0
@@ -429,6 +431,11 @@ def test_average_checkpoints_command_with_too_few_is_one_message(files, capsys):
         average.main(["--save-dir", str(files / "ckpts"), "--last", "3", "--output", str(files / "avg.pt")])
     assert exit_info.value.code == 2 and "found 1" in capsys.readouterr().err
     assert not (files / "avg.pt").exists()
+    for last in ("0", "-2"):  # averaged nothing (a traceback) / all but the oldest two
+        with pytest.raises(SystemExit) as exit_info:
+            average.main(["--save-dir", str(files / "ckpts"), "--last", last, "--output", str(files / "avg.pt")])
+        assert exit_info.value.code == 2 and f"--last {last}: average at least one" in capsys.readouterr().err
+        assert not (files / "avg.pt").exists()
 
 
 def test_average_checkpoints_never_replaces_a_training_checkpoint_or_an_existing_file(files, capsys):

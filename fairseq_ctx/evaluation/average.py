@@ -3,7 +3,7 @@ is not installed with the fairseq package, so this is the same computation on th
 dicts; fairseq upgrades old checkpoint formats itself when it loads the average).
 
 Usage: fairseq-ctx-average-checkpoints --save-dir CKPTS --last 5 --output avg.pt
-       [--by updates|epochs]   (checkpoint_<epoch>.pt or checkpoint_<epoch>_<updates>.pt)
+       [--by updates|epochs]   (checkpoint_<epoch>_<updates>.pt or checkpoint<epoch>.pt)
        [--overwrite]           (replace an existing --output)
 
 --output may not be named as fairseq names a training's checkpoints (checkpoint_last.pt,
@@ -127,6 +127,8 @@ def main(argv=None):
     parser.add_argument("--output", required=True)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     args = parser.parse_args(argv)
+    if args.last < 1:
+        parser.exit(2, f"average-checkpoints: --last {args.last}: average at least one checkpoint\n")
     if TRAINING_CHECKPOINT.fullmatch(os.path.basename(args.output)):
         parser.exit(2, f"average-checkpoints: --output {args.output} is named as fairseq names a training's "
                        "checkpoints: an average there would replace one, or be resumed from as if it were one "

@@ -287,6 +287,8 @@ def resolve(args, parser):
     _take_owned_generate_args(args, parser)
     if args.path and args.average_last:
         parser.error("--average-last averages the checkpoints of --save-dir: not with --path")
+    if args.average_last is not None and args.average_last < 0:
+        parser.error(f"--average-last {args.average_last}: 0 (no averaging) or the number of checkpoints")
     args.paper = args.paper or DEFAULT_PAPER
     settings = PAPER_DEFAULTS[args.paper]
     for name in PAPER_OPTIONS:
