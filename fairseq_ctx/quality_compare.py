@@ -148,7 +148,7 @@ from .checkpoint_repair import (
     written_to_the_end,
 )
 from .evaluation.defaults import PAPER_DEFAULTS
-from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, script_env
+from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, WORK_DIR, script_env
 from .resumptions import resumptions_in_log
 from .run_lock import RunInUse, RunLock, held_fds
 from .reproduce.train import EXACT_RESUME_TASK, RESUMPTION_BREAKERS, option_value, read_args_file
@@ -187,9 +187,13 @@ def assign_baselines(configs, pairs=None):
         else:
             out[name] = base_of_family.get(family_of(arch))
     for text in pairs or []:
-        sys_name, base = text.split("=", 1)
-        if sys_name not in configs or base not in configs:
-            raise ValueError(f"--pair {text}: unknown config")
+        sys_name, equals, base = text.partition("=")
+        if not equals:
+            raise ValueError(f"--pair {text}: SYSTEM=BASELINE, two config names")
+        unknown = [n for n in (sys_name, base) if n not in configs]
+        if unknown:
+            raise ValueError(f"--pair {text}: {', '.join(map(repr, unknown))} not among the selected configs "
+                             f"({', '.join(sorted(configs))})")
         out[sys_name] = base
     return out
 
@@ -2159,8 +2163,10 @@ def _data_record_of(out_dir, data_id):
 
 def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_loss):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", default="work/demo/data",
-                   help="prepared data: bin/ (fairseq-preprocess) + raw/test.TGT (raw/valid.TGT with --valid-bleu); "
+    # under the work directory (FAIRSEQ_CTX_WORK; a checkout's work/), where make demo prepares
+    # the demo's data, not under whatever directory the command is run from
+    p.add_argument("--data-dir", default=os.path.join(WORK_DIR, "demo", "data"),
+                   help="default %(default)s; prepared data: bin/ (fairseq-preprocess) + raw/test.TGT (raw/valid.TGT with --valid-bleu); "
                         "a new or empty directory (or one a Tatoeba preparation was started in) is prepared "
                         "with fairseq-ctx-prepare-data tatoeba (scripts/prepare-tatoeba.sh)")
     p.add_argument("--prep-args", default="", help="extra prepare-tatoeba.sh options (fairseq-ctx-prepare-data tatoeba --help)")
@@ -2208,7 +2214,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
                         "curves but no bootstrap")
     p.add_argument("--import-other-versions", action="store_true",
                    help="import reports made with other torch / fairseq / sacrebleu versions (named in the report)")
-    p.add_argument("--out-dir", default="work/quality")
+    p.add_argument("--out-dir", default=os.path.join(WORK_DIR, "quality"), help="default %(default)s")
     p.add_argument("--json", default=None, help="default OUT_DIR/quality.json")
     p.add_argument("--markdown", default=None, help="default OUT_DIR/quality.md")
     p.add_argument("--src", default="zh", help="source language of the data (every training and scoring)")
@@ -2227,7 +2233,10 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
     if not names:
         p.error(f"no config matches {a.configs} in {a.config_dir}")
     configs = {n: read_args_file(os.path.join(a.config_dir, n + ".args")) for n in sorted(names)}
-    baselines = assign_baselines(configs, a.pair)
+    try:
+        baselines = assign_baselines(configs, a.pair)
+    except ValueError as error:
+        p.error(str(error))
     missing = {b for b in baselines.values() if b and b not in configs}
     if missing:
         p.error(f"baselines {missing} are not among the selected configs")

@@ -43,6 +43,35 @@ def test_assign_and_override(qc):
         qc.assign_baselines(configs, ["01-c=nope"])
 
 
+@pytest.mark.parametrize("pair,says", [("01-transformer_context_aware", "SYSTEM=BASELINE"),
+                                       ("01-transformer_context_aware=nope", "'nope' not among the selected")])
+def test_a_bad_pair_is_one_message_before_anything_is_made(qc, tmp_path, capsys, pair, says):
+    """--pair without '=' or naming no selected config was a ValueError traceback."""
+    with pytest.raises(SystemExit) as exit_info:
+        qc.main(["--data-dir", str(tmp_path / "data"), "--out-dir", str(tmp_path / "out"), "--pair", pair])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and says in err and "Traceback" not in err
+    assert not (tmp_path / "data").exists() and not (tmp_path / "out").exists()
+
+
+def test_default_data_and_out_dirs_are_under_the_work_directory(tmp_path):
+    """Not under whatever directory the command runs from: FAIRSEQ_CTX_WORK (a checkout's work/)
+    is where make demo prepares the data and every other command reads and writes."""
+    import subprocess
+    import sys
+
+    from fairseq_ctx.paths import python_env
+    from tests.conftest import cli_env
+
+    env = dict(python_env(cli_env()), FAIRSEQ_CTX_WORK=str(tmp_path / "w"), COLUMNS="400")
+    code = "from fairseq_ctx.quality_compare import main; main(['--help'])"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    help_text = " ".join(proc.stdout.split())
+    assert f"default {tmp_path / 'w' / 'demo' / 'data'};" in help_text
+    assert f"default {tmp_path / 'w' / 'quality'}" in help_text
+
+
 def _refs(n=120, seed=0):
     rng = random.Random(seed)
     words = [f"w{i}" for i in range(300)]

@@ -25,7 +25,7 @@ import sys
 import tarfile
 import time
 
-from ..paths import python_env
+from ..paths import WORK_DIR, python_env
 from .corpora import CORPORA
 
 TIME = "/usr/bin/time"
@@ -113,7 +113,7 @@ def run_step(command, env, workdir):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, nargs="+", default=[200_000, 2_000_000])
-    parser.add_argument("--work", default="work/memory-check")
+    parser.add_argument("--work", default=os.path.join(WORK_DIR, "memory-check"), help="default %(default)s")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="keep the synthetic corpora and outputs")
     args = parser.parse_args(argv)
