@@ -10,6 +10,7 @@ import torch
 
 from ..atomic import atomic_write
 from .report import markdown_report, write_json
+from .run import MINIMUM as MINIMUM_OF_FIELD
 from .run import BenchConfig, run_benchmark
 from .systems import DIM_OVERRIDES, SystemSpec, resolve_systems
 
@@ -173,9 +174,10 @@ def get_parser():
 
 
 # (option, minimum) of the numeric options; None (not given) is always accepted
-MINIMUM = [("--src-lens", 2), ("--steps", 1), ("--warmup", 0), ("--batch-sentences", 1), ("--max-tokens", 1),
-           ("--decode-batch-sentences", 1), ("--decode-repeats", 1), ("--beams", 1), ("--vocab", 5),
-           ("--at-update", 0), ("--threads", 0), ("--memory-repeats", 1)]
+# the options that set a BenchConfig field of the same name (run.MINIMUM: their lowest values)
+MINIMUM = [(option, MINIMUM_OF_FIELD[option[2:].replace("-", "_")]) for option in (
+    "--src-lens", "--steps", "--warmup", "--batch-sentences", "--max-tokens", "--decode-batch-sentences",
+    "--decode-repeats", "--beams", "--vocab", "--at-update", "--threads", "--memory-repeats")]
 WHY = {"--src-lens": " (tokens, EOS included)", "--vocab": " (more than the 4 special symbols)"}
 
 

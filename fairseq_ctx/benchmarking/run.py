@@ -15,6 +15,13 @@ from .systems import (DEFAULT_VOCAB, USER_DIR, Built, SystemSpec, build_argv, ma
 from .timing import _median, _quartiles, _rotated, decode_step, make_generator, train_step
 
 
+# the lowest value each BenchConfig setting can run with (fairseq-ctx-benchmark checks its options
+# against the same table first, so that a bad one is named as the user typed it)
+MINIMUM = {"src_lens": 2, "steps": 1, "warmup": 0, "batch_sentences": 1, "max_tokens": 1,
+           "decode_batch_sentences": 1, "decode_repeats": 1, "decode_warmup": 0, "beams": 1,
+           "n_batches": 1, "vocab": 5, "memory_repeats": 1, "threads": 0, "at_update": 0}
+
+
 @dataclasses.dataclass
 class BenchConfig:
     dims: str = "tiny"
@@ -44,10 +51,7 @@ class BenchConfig:
         """ValueError for settings no benchmark can run with (fairseq-ctx-benchmark refuses
         the options first): source lengths < 2 (EOS included), no timed step or decoding
         call, a batch, beam or dictionary that cannot exist."""
-        minimum = {"src_lens": 2, "steps": 1, "warmup": 0, "batch_sentences": 1, "max_tokens": 1,
-                   "decode_batch_sentences": 1, "decode_repeats": 1, "decode_warmup": 0, "beams": 1,
-                   "n_batches": 1, "vocab": 5, "memory_repeats": 1, "threads": 0, "at_update": 0}
-        for field, low in minimum.items():
+        for field, low in MINIMUM.items():
             value = getattr(self, field)
             values = list(value) if isinstance(value, (list, tuple)) else [value]
             bad = [v for v in values if v is not None and v < low]
