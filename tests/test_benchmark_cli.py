@@ -128,3 +128,12 @@ def test_exit_status_1_when_a_system_failed(tmp_path, capsys):
     assert set(json.loads(js.read_text())["failed"]) == {"transformer", "x"}
     assert bench_cli.exit_status({"rows": [1], "failed": {}}) == 0
     assert bench_cli.exit_status({"rows": [1], "failed": {"x": {}}}) == 1
+
+
+def test_exit_status_1_when_the_memory_measurement_failed(monkeypatch, capsys):
+    """Its columns are empty: status 0 read as a complete benchmark."""
+    monkeypatch.setattr(bench_cli, "run_benchmark", lambda specs, cfg, on_progress=None: {
+        "rows": [1], "failed": {}, "memory_error": "Traceback ...\nRuntimeError: out of memory\n"})
+    monkeypatch.setattr(bench_cli, "markdown_report", lambda results: "")
+    assert cli.benchmark([*FAST, "--system", "mh=--arch lstm_multihop"]) == 1
+    assert "the memory measurement failed" in capsys.readouterr().err

@@ -42,8 +42,9 @@ Names must be distinct and non-empty, and the numeric options in range (source l
 >= 2, --steps >= 1, ...): otherwise the command stops before any model is built, with one
 error (exit status 2). A system that fails to build, train or decode is reported as FAILED
 (with the systems compared with it if it is a baseline) and the others go on; the tables
-are written, and the command then exits with status 1, saying on stderr how many failed.
-Exit status 0: every system measured.
+are written, and the command then exits with status 1, saying on stderr how many failed;
+so does a failed memory measurement (the other columns are reported). Exit status 0: every
+system measured.
 """
 
 # the stock baseline of each model family, assumed when no --baseline is given
@@ -195,8 +196,9 @@ def check_options(a: argparse.Namespace) -> Optional[str]:
 
 
 def exit_status(results: dict) -> int:
-    """The command's exit status: 1 when any system failed (it is reported as FAILED), else 0."""
-    return 1 if results.get("failed") else 0
+    """The command's exit status: 1 when any system failed (it is reported as FAILED) or the
+    memory measurement failed (its columns are empty), else 0."""
+    return 1 if results.get("failed") or results.get("memory_error") else 0
 
 
 def main(argv=None):
@@ -252,4 +254,7 @@ def main(argv=None):
               + ", ".join(f"{name}: {f['where']}" for name, f in failed.items()) + ")"
               + ("; the others are in the report" if len(failed) < len(specs) else "") + "; exit status 1",
               file=sys.stderr)
+    if results.get("memory_error"):
+        print("fairseq-ctx-benchmark: the memory measurement failed (its columns are empty; the reason is in "
+              "the report); exit status 1", file=sys.stderr)
     return results
