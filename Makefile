@@ -29,4 +29,4 @@ wheelhouse:
 	bash scripts/make-wheelhouse.sh wheelhouse
 
 clean-demo:
-	rm -rf work/demo
+	rm -rf "$${DEMO_DIR:-$${FAIRSEQ_CTX_WORK:-work}/demo}"

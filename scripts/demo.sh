@@ -9,7 +9,7 @@
 # it avoids OpenMP threads of concurrent runs spinning against each other.
 #
 # Knobs (environment): DEMO_UPDATES (default 400), DEMO_ROWS (glob over row names,
-# default all, e.g. DEMO_ROWS='00-*'), DEMO_DIR (default work/demo), DEMO_SEED (1),
+# default all, e.g. DEMO_ROWS='00-*'), DEMO_DIR (default work/demo; $FAIRSEQ_CTX_WORK/demo where set), DEMO_SEED (1),
 # DEMO_BEAM (default: the demo's evaluation setting, fairseq_ctx/evaluation/defaults.py), DEMO_JOBS, DEMO_THREADS, DEMO_PREP_ARGS (extra
 # scripts/prepare-tatoeba.sh options, e.g. a smaller slice), DEMO_GEN_ARGS (extra
 # fairseq-generate options), DEMO_ALL_GPUS=1 (see below). Rows already finished with the same
@@ -20,7 +20,10 @@
 # CUDA_VISIBLE_DEVICES), each row sees one of them, round-robin in row order, so that every
 # row trains with the one-device batch of the table; DEMO_ALL_GPUS=1 gives every row all.
 set -euo pipefail
-# a DEMO_DIR given relative is the caller's (the script works from the checkout's root)
+# under the work directory where FAIRSEQ_CTX_WORK moves it, as every command's (fairseq-ctx-quality-compare
+# looks for the demo's data in $FAIRSEQ_CTX_WORK/demo/data)
+DEMO_DIR=${DEMO_DIR:-${FAIRSEQ_CTX_WORK:+$FAIRSEQ_CTX_WORK/demo}}
+# a DEMO_DIR (or FAIRSEQ_CTX_WORK) given relative is the caller's (the script works from the checkout's root)
 case "${DEMO_DIR:-/}" in /*) ;; *) DEMO_DIR=$PWD/$DEMO_DIR ;; esac
 cd "$(dirname "$0")/.."
 DEMO_UPDATES=${DEMO_UPDATES:-400}

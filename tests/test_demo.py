@@ -17,6 +17,8 @@ def run_demo(demo_dir, env_extra=None, cwd=ROOT):
                DEMO_GEN_ARGS="--max-len-b 5",
                DEMO_PREP_ARGS=f"--limit 400 --valid-size 20 --test-size {TINY_TEST_SENTENCES} --merges 300")
     env.update(env_extra or {})
+    if demo_dir is None:  # the default: work/demo, $FAIRSEQ_CTX_WORK/demo where set
+        del env["DEMO_DIR"]
     return subprocess.run(["bash", os.path.join(ROOT, "scripts", "demo.sh")], capture_output=True, text=True,
                           env=env, cwd=cwd)
 
@@ -37,7 +39,8 @@ def test_demo_trains_a_row_scores_every_sentence_and_prints_the_table(tiny_corpu
     assert "sacreBLEU signature: nrefs:1|case:mixed|eff:no|tok:13a" in table
     assert table in first.stdout + "\n"
 
-    again = run_demo(demo_dir)
+    # without DEMO_DIR: under FAIRSEQ_CTX_WORK, where fairseq-ctx-quality-compare looks for the demo's data
+    again = run_demo(None, {"FAIRSEQ_CTX_WORK": str(tmp_path)})
     assert again.returncode == 0, again.stderr[-3000:]
     assert not os.path.exists(os.path.join(ROOT, "demo"))
     assert "00-transformer: done already" in again.stdout and "training" not in again.stdout

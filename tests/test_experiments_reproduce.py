@@ -54,13 +54,65 @@ def test_dry_run_prints_train_and_eval_for_every_cell(key, tmp_path, capsys):
     assert all(line.endswith(f"--out /data/{line.split()[2].split('/')[2]})") for line in data)
     if key == "cao_table1":
         assert all("--update-freq 12" in line and "wmt17-zh-en-len50" in line for line in trains)
-        assert data == ["# data: /data/wmt17-zh-en-len50/bin (not prepared: fairseq-ctx-prepare-data wmt17-zh-en "
-                        "--max-len 49 --extra-train CWMT_PART_PREFIX ... --out /data/wmt17-zh-en-len50)"]
+        cwmt = " ".join(f"--extra-train CWMT/{part}" for part in
+                        ("casia2015", "casict2011", "casict2015", "datum2015", "datum2017", "neu2017"))
+        assert data == ["# data: /data/wmt17-zh-en-len50/bin (missing /data/wmt17-zh-en-len50/bin/dict.zh.txt: "
+                        f"fairseq-ctx-prepare-data wmt17-zh-en --max-len 49 {cwmt} --out /data/wmt17-zh-en-len50)"]
     if key == "iida2019_table3":  # the per-length test sets need --length-eval
-        assert data[0].endswith("--direction ja-en --length-eval --out /data/aspec-ja-en)")
+        assert data[0].endswith("--length-eval --direction ja-en --out /data/aspec-ja-en)")
     if key == "yang2019_table1":
         assert all("--max-tokens 4096" in line and "--distributed-world-size 8" in line for line in trains)
         assert all("--average-last 5" in line for line in evals)
+
+
+def test_dry_run_calls_data_prepared_only_when_the_preflight_would(tmp_path, capsys):
+    """bin/ alone read as prepared for Iida T3, whose per-length test sets (--length-eval) were
+    missing: the preflight of the real run then stopped it."""
+    bin_dir = tmp_path / "aspec-ja-en" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("dict.ja.txt", "dict.en.txt", *(f"{s}.ja-en.ja.idx" for s in ("train", "valid", "lentest"))):
+        (bin_dir / name).write_text("")
+    tables.main("iida2019_table3", ["--dry-run", "--results", str(tmp_path / "r"), "--data-root", str(tmp_path)])
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("# data: "))
+    assert f"(missing {bin_dir / 'length-subsets.tsv'}: fairseq-ctx-prepare-data aspec" in line, line
+    (bin_dir / "length-subsets.tsv").write_text("lentest\t1-10\n")
+    tables.main("iida2019_table3", ["--dry-run", "--results", str(tmp_path / "r"), "--data-root", str(tmp_path)])
+    assert f"# data: {bin_dir} (prepared)" in capsys.readouterr().out
+
+
+def _script_options(corpus):
+    """The options a shipped data script's argument loop takes (a wrapper's: its target's)."""
+    from fairseq_ctx.cli import DATA_SCRIPTS
+
+    path = DATA_SCRIPTS[corpus][0]
+    text = open(path).read()
+    wrapped = re.search(r'exec bash "\$\(dirname "\$0"\)/([\w.-]+)"', text)
+    if wrapped:
+        text = open(os.path.join(os.path.dirname(path), wrapped.group(1))).read()
+    return set(re.findall(r"^\s+(--[a-z-]+)(?:\|[^)]*)?\)", text, re.M))
+
+
+def test_every_printed_prepare_command_is_one_per_directory_and_takes_only_the_scripts_options():
+    """What --dry-run and the preflight print (tables.prepare_command): one command for each data
+    directory, whichever table prints it (Iida T2 printed ASPEC without --length-eval, which
+    T3 / T4's command then found prepared with other settings), and no option its script refuses."""
+    import shlex
+
+    commands = {}
+    for table in tables.TABLES.values():
+        for column in table.columns:
+            command = tables.prepare_command(column, f"/data/{column.data}")
+            assert commands.setdefault(column.data, command) == command, (table.key, column.data)
+    assert len(commands) == 8
+    for command in commands.values():
+        words = shlex.split(command)
+        assert words[0] == "fairseq-ctx-prepare-data"
+        options = {w for w in words[2:] if w.startswith("--")}
+        assert options and options <= _script_options(words[1]), (command, options - _script_options(words[1]))
+    assert "--without-cwmt" in _script_options("wmt17-zh-en") and "--bogus" not in _script_options("wmt")
+    assert "length-eval" in commands["aspec-en-ja"] and "--direction en-ja" in commands["aspec-en-ja"]
+    # a work directory with a space stays one word
+    assert shlex.split(tables.prepare_command(tables.EN_DE, "/my work/wmt14-en-de"))[-1] == "/my work/wmt14-en-de"
 
 
 def test_reproduction_script_runs_as_a_program(tmp_path):

@@ -91,6 +91,15 @@ def test_cpu_processes_start_through_torchrun_with_gloo():
     cmd = train.build_command(config, "cpu", "BIN", "SAVE", gpus=2, launcher="torchrun")
     assert _last_value(cmd, "--distributed-backend") == "gloo" and "--cpu" in cmd
     assert "--distributed-backend" not in train.build_command(config, "cpu", "BIN", "SAVE")  # one process
+    with pytest.raises(train.BatchError, match="slurm"):  # its srun line asks for GPUs
+        train.build_command(config, "cpu", "BIN", "SAVE", launcher="slurm")
+
+
+def test_the_cpu_settings_accumulation_leaves_the_other_cells_keys_as_they_were():
+    """--update-freq 1 is added only where a row config names an accumulation: every other cpu /
+    smoke cell's command, and so its training directory, stays as it was."""
+    config = os.path.join(train.CONFIGS, "cao", "cross_self.args")
+    assert "--update-freq" not in train.build_command(config, "cpu", "BIN", "SAVE")
 
 
 def test_training_never_drops_validation_sentences():
@@ -239,8 +248,9 @@ def test_preflight_refuses_before_any_training_when_data_is_missing(tmp_path):
     assert not (tmp_path / "r" / "cao").exists()
     # each with the command that prepares it where this run looks: Cao's length filter included
     nodata = tmp_path / "nodata"
-    assert (f"fairseq-ctx-prepare-data wmt17-zh-en --max-len 49 --extra-train CWMT_PART_PREFIX ... "
-            f"--out {nodata / 'wmt17-zh-en-len50'}") in proc.stderr
+    assert (f"fairseq-ctx-prepare-data wmt17-zh-en --max-len 49 --extra-train CWMT/casia2015 --extra-train "
+            f"CWMT/casict2011 --extra-train CWMT/casict2015 --extra-train CWMT/datum2015 --extra-train "
+            f"CWMT/datum2017 --extra-train CWMT/neu2017 --out {nodata / 'wmt17-zh-en-len50'}") in proc.stderr
     assert f"fairseq-ctx-prepare-data wmt14-en-de --out {nodata / 'wmt14-en-de'}" in proc.stderr
 
 

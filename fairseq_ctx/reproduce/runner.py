@@ -357,8 +357,17 @@ def model_build_problems(cells, log=None) -> List[str]:
     return problems
 
 
-def cell_prepare_command(cell):
-    return prepare_command(cell.column, cell.data_dir, length_eval=cell.table.kind == "length")
+def missing_data(cell) -> Optional[str]:
+    """The first file of its prepared data a cell needs and does not find (None: all there)."""
+    bin_dir, col = cell.bin_dir, cell.column
+    need = [os.path.join(bin_dir, f"dict.{col.src}.txt"), os.path.join(bin_dir, f"dict.{col.tgt}.txt")]
+    for split in ["train", "valid", *cell.subsets]:
+        need.append(os.path.join(bin_dir, f"{split}.{col.src}-{col.tgt}.{col.src}.idx"))
+    if cell.table.kind == "length":
+        need.append(os.path.join(bin_dir, "length-subsets.tsv"))
+    else:
+        need.append(os.path.join(cell.data_dir, "raw", f"{col.subset}.{col.tgt}"))
+    return next((path for path in need if not os.path.exists(path)), None)
 
 
 def preflight(cells, options, param_counts=None) -> List[str]:
@@ -369,19 +378,10 @@ def preflight(cells, options, param_counts=None) -> List[str]:
         if (cell.bin_dir, tuple(cell.subsets)) in seen:
             continue
         seen.add((cell.bin_dir, tuple(cell.subsets)))
-        bin_dir, col = cell.bin_dir, cell.column
-        need = [os.path.join(bin_dir, f"dict.{col.src}.txt"), os.path.join(bin_dir, f"dict.{col.tgt}.txt")]
-        for split in ["train", "valid", *cell.subsets]:
-            need.append(os.path.join(bin_dir, f"{split}.{col.src}-{col.tgt}.{col.src}.idx"))
-        if cell.table.kind == "length":
-            need.append(os.path.join(bin_dir, "length-subsets.tsv"))
-        else:
-            need.append(os.path.join(cell.data_dir, "raw", f"{col.subset}.{col.tgt}"))
-        for path in need:
-            if not os.path.exists(path):
-                problems.append(f"{cell.name}: missing {path}; prepare it with: {cell_prepare_command(cell)} "
-                                "(docs/experiments.md)")
-                break
+        missing = missing_data(cell)
+        if missing:
+            problems.append(f"{cell.name}: missing {missing}; prepare it with: "
+                            f"{prepare_command(cell.column, cell.data_dir)} (docs/experiments.md)")
     setting = options.setting or PAPER_SETTING[cells[0].table.paper] if cells else None
     if cells and setting not in ("cpu",):
         have = train_mod._visible_gpus()
@@ -797,9 +797,10 @@ def main(table_key, argv=None):
                                                                                        table.evaluation)}):
         print(f"reproduce: warning: {warning}", file=sys.stderr, flush=True)
     if options.dry_run:
-        for bin_dir, cell in {c.bin_dir: c for c in cells}.items():  # a step is renamed into place when done
-            print(f"# data: {bin_dir} " + ("(prepared)" if os.path.isdir(bin_dir) else
-                                           f"(not prepared: {cell_prepare_command(cell)})"))
+        for bin_dir, cell in {c.bin_dir: c for c in cells}.items():
+            missing = missing_data(cell)  # what the preflight of a real run checks
+            print(f"# data: {bin_dir} " + (f"(missing {missing}: {prepare_command(cell.column, cell.data_dir)})"
+                                           if missing else "(prepared)"))
         for cell in cells:
             if cell.hw.effective is not None:
                 print(f"# {cell.name}: effective batch: {cell.hw.effective} tokens ({cell.hw.describe()})")

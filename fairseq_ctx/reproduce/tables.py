@@ -17,6 +17,7 @@ exist; missing cells print as "missing".
 import dataclasses
 import json
 import os
+import shlex
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -38,11 +39,10 @@ class Column:
     prepare: str = ""
 
 
-def prepare_command(column, data_dir, length_eval=False):
+def prepare_command(column, data_dir):
     """The command that prepares a column's data directory, with --out naming that very directory
     (so it holds wherever --data-root / FAIRSEQ_CTX_WORK put it)."""
-    words = ["fairseq-ctx-prepare-data", *(column.prepare or column.data).split()]
-    return " ".join(words + (["--length-eval"] if length_eval else []) + ["--out", data_dir])
+    return shlex.join(["fairseq-ctx-prepare-data", *shlex.split(column.prepare or column.data), "--out", data_dir])
 
 
 @dataclass
@@ -92,11 +92,17 @@ class Table:
 
 EN_DE = Column("En-De", "wmt14-en-de", "en", "de")
 EN_FR = Column("En-Fr", "wmt14-en-fr", "en", "fr")
-CWMT = "--extra-train CWMT_PART_PREFIX ..."  # the registered CWMT parts, one --extra-train each
+# the registered CWMT parts (PREFIX.zh / PREFIX.en each, where the user keeps them; the file
+# names are the user's): without them prepare-wmt.sh refuses unless --without-cwmt is given
+CWMT = " ".join(f"--extra-train CWMT/{part}" for part in
+                ("casia2015", "casict2011", "casict2015", "datum2015", "datum2017", "neu2017"))
 ZH_EN = Column("Zh-En", "wmt17-zh-en", "zh", "en", prepare=f"wmt17-zh-en {CWMT}")
 ZH_EN_50 = Column("Zh-En", "wmt17-zh-en-len50", "zh", "en", prepare=f"wmt17-zh-en --max-len 49 {CWMT}")
 SP = "sentencepiece"
-ASPEC = "aspec --local-dir ASPEC/ASPEC-JE"  # licensed by application: a local copy
+# licensed by application: a local copy. --length-eval for every table: Iida T3 / T4 test the
+# T2 models on its per-length test sets, and a directory prepared without it is refused by a
+# later preparation with it ("different settings")
+ASPEC = "aspec --local-dir ASPEC/ASPEC-JE --length-eval"
 ASPEC_JA_EN = Column("ASPEC ja-en", "aspec-ja-en", "ja", "en", remove_bpe=SP, prepare=f"{ASPEC} --direction ja-en")
 ASPEC_EN_JA = Column("ASPEC en-ja", "aspec-en-ja", "en", "ja", remove_bpe=SP, prepare=f"{ASPEC} --direction en-ja")
 _OS = {d: dict(remove_bpe=SP, prepare=f"opensubtitles --direction {d}") for d in ("ja-en", "en-ja")}

@@ -16,11 +16,11 @@ unless --allow-batch-change):
   iida    2 GPUs x 2000 tokens, fp32 (Iida: NAG lr 0.005, 20 epochs in configs/iida2019/train.args)
   modern  bf16 on --gpus G (default: all visible), the SAME effective batch as the paper's
           setting (--reference, default the paper's own), max-tokens per GPU <= --max-tokens-per-gpu
-  cpu     --cpu, fp32, 1 process (tests, smoke runs), --update-freq 1 (a row config's accumulation
-          is overridden, as by every setting); --max-tokens 4096 (the demo's) unless the config or
-          the options after -- give a batch (--max-tokens / --batch-size). --gpus N: N CPU
-          processes, through --launcher torchrun with the gloo backend (spawn is refused: fairseq
-          spawns one process per GPU)
+  cpu     --cpu, fp32, 1 process (tests, smoke runs), no accumulation (a row config's own
+          --update-freq is overridden with 1, as by every setting); --max-tokens 4096 (the demo's)
+          unless the config or the options after -- give a batch (--max-tokens / --batch-size).
+          --gpus N: N CPU processes, through --launcher torchrun with the gloo backend (spawn is
+          refused: fairseq spawns one process per GPU; slurm too: its srun line asks for GPUs)
 
 Launchers: ``spawn`` (default): fairseq-train --distributed-world-size N on one node (fairseq
 spawns one process per GPU). ``torchrun``: torchrun --nproc-per-node N [--nnodes M --node-rank R
@@ -167,10 +167,7 @@ def setting_args(setting, paper=None, gpus=None, max_tokens_per_gpu=16384, refer
 
 def hardware_args(hw):
     if hw.precision == "cpu":
-        # --update-freq too: iida2019/lstm_multihop.args' own --update-freq 2 would otherwise give
-        # that one row twice the tokens per update of the rows it is compared with
-        return ["--cpu", "--update-freq", str(hw.update_freq)] + (
-            [] if hw.max_tokens is None else ["--max-tokens", str(hw.max_tokens)])
+        return ["--cpu"] + ([] if hw.max_tokens is None else ["--max-tokens", str(hw.max_tokens)])
     args = ["--max-tokens", str(hw.max_tokens), "--update-freq", str(hw.update_freq)]
     return args + (["--bf16"] if hw.precision == "bf16" else [])
 
@@ -212,10 +209,19 @@ def build_command(config, setting, data, save_dir, extra=(), launcher="spawn", g
     words = model_args(config)
     batch = hardware_args(hw)
     batch += cpu_default_batch(hw, [*batch, *words, *extra])
+    if hw.precision == "cpu" and option_value(words, "--update-freq") is not None:
+        # the setting decides the accumulation, as every other setting does:
+        # iida2019/lstm_multihop.args' own --update-freq 2 gave that one row twice the tokens per
+        # update of the rows it is compared with. Only where a config names one, so that the
+        # training key (every argument) of every other cpu cell stays as it was
+        batch += ["--update-freq", str(hw.update_freq)]
     args = [data, "--user-dir", USER_DIR, *words, *batch,
             "--save-dir", save_dir, "--required-batch-size-multiple", "1", *extra]
     if not any(w == "--task" or w.startswith("--task=") for w in [*words, *extra]):
         args += ["--task", EXACT_RESUME_TASK]
+    if hw.precision == "cpu" and launcher == "slurm":
+        raise BatchError("the cpu setting does not run under --launcher slurm (its srun line asks for GPUs): "
+                         "inside the allocation, use --launcher torchrun (gloo) or the default")
     if hw.precision == "cpu" and hw.world > 1:
         if launcher == "spawn":
             raise BatchError(f"the cpu setting with {hw.world} processes needs --launcher torchrun (fairseq's "
