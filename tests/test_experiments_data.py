@@ -8,6 +8,7 @@ import json
 import os
 import random
 import re
+import shutil
 import tarfile
 import threading
 import zipfile
@@ -340,6 +341,13 @@ def test_prepare_opensubtitles_plain_then_both_adds_the_same_2to2_corpus(tmp_pat
     run(["bash", script, "--out", str(stepwise), *common])
     run(["bash", script, "--out", str(whole), *common])
     for name in ("dict.ja.txt", "dict.en.txt", "test.ja-en.ja.bin", "train.ja-en.en.bin"):
+        assert (stepwise / "bin-concat" / name).read_bytes() == (whole / "bin-concat" / name).read_bytes(), name
+    # a directory from before spm-concat was a step keeps its encoding in spm/concat: used, not redone
+    shutil.rmtree(whole / "bin-concat")
+    (whole / "spm-concat").rename(whole / "spm" / "concat")
+    run(["bash", script, "--out", str(whole), *common])
+    assert not (whole / "spm-concat").exists()
+    for name in ("dict.ja.txt", "train.ja-en.en.bin"):
         assert (stepwise / "bin-concat" / name).read_bytes() == (whole / "bin-concat" / name).read_bytes(), name
 
 

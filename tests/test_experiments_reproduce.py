@@ -65,6 +65,13 @@ def test_dry_run_prints_train_and_eval_for_every_cell(key, tmp_path, capsys):
         assert all("--average-last 5" in line for line in evals)
 
 
+def test_an_unknown_setting_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:  # a KeyError traceback after the table's set-up
+        tables.main("cao_table1", ["--dry-run", "--setting", "p100"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "invalid choice: 'p100'" in err and "Traceback" not in err
+
+
 def test_dry_run_calls_data_prepared_only_when_the_preflight_would(tmp_path, capsys):
     """bin/ alone read as prepared for Iida T3, whose per-length test sets (--length-eval) were
     missing: the preflight of the real run then stopped it."""
