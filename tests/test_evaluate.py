@@ -430,6 +430,12 @@ def test_average_checkpoints_command_with_too_few_is_one_message(files, capsys):
     with pytest.raises(SystemExit) as exit_info:
         average.main(["--save-dir", str(files / "ckpts"), "--last", "3", "--output", str(files / "avg.pt")])
     assert exit_info.value.code == 2 and "found 1" in capsys.readouterr().err
+    # the ones it counted, by update (checkpoint_best / _last listed beside them read as counted)
+    for name in ("checkpoint_1_1200.pt", "checkpoint_best.pt"):
+        (files / "ckpts" / name).write_text("x")
+    with pytest.raises(SystemExit):
+        average.main(["--save-dir", str(files / "ckpts"), "--last", "3", "--output", str(files / "avg.pt")])
+    assert "found 2 (checkpoint_1_100.pt, checkpoint_1_1200.pt)\n" in capsys.readouterr().err
     assert not (files / "avg.pt").exists()
     for last in ("0", "-2"):  # averaged nothing (a traceback) / all but the oldest two
         with pytest.raises(SystemExit) as exit_info:
@@ -464,3 +470,29 @@ def test_average_checkpoints_never_replaces_a_training_checkpoint_or_an_existing
     assert exit_info.value.code == 2 and "--overwrite" in capsys.readouterr().err and out.read_bytes() == b"mine"
     average.main(["--save-dir", str(files / "ckpts"), "--last", "2", "--output", str(out), "--overwrite"])
     assert torch.load(out, weights_only=True)["model"]["w"].tolist() == [1.5, 1.5]
+
+
+def test_a_reference_of_another_length_than_the_subset_is_refused_before_generating(tiny_corpus, tmp_path, capsys):
+    """It was found only after fairseq-generate had translated the whole subset (a traceback):
+    a big model's beam search over newstest2014 lost. The reference of another subset with
+    another sentence count (--subset valid with raw/test.en) is caught the same way."""
+    from tests.conftest import TINY_TEST_SENTENCES
+
+    test_ref = (tiny_corpus / "raw" / "test.en").read_text().splitlines()
+    assert len(test_ref) == TINY_TEST_SENTENCES
+    short = tmp_path / "short.en"
+    short.write_text("".join(line + "\n" for line in test_ref[:-1]))
+    checkpoint = tmp_path / "checkpoint.pt"
+    checkpoint.write_text("never loaded")
+
+    def parse(*options):
+        return command.parse(["--data", str(tiny_corpus / "bin"), "--path", str(checkpoint), "--src", "zh",
+                              "--tgt", "en", "--out-dir", str(tmp_path / "out"), *options])
+
+    for ref, subset in ((short, "test"), (tiny_corpus / "raw" / "test.en", "valid")):
+        with pytest.raises(SystemExit) as exit_info:
+            parse("--ref", str(ref), "--subset", subset)
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and f"but the subset '{subset}' of" in err, err
+    assert parse("--ref", str(tiny_corpus / "raw" / "test.en")).subset == "test"
+    assert not (tmp_path / "out").exists()

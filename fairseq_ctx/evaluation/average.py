@@ -48,8 +48,11 @@ def last_checkpoints(save_dir, n, by="auto"):
               f"(updates {', '.join(str(u) for u, _ in sorted(chosen))}): one fell on an epoch's end and was "
               "not written", file=sys.stderr, flush=True)
     if len(chosen) < n:
+        # the numbered ones it counted, oldest first; the directory's files where it counted none
+        counted = [name for _, name in sorted(found[by])]
         raise FileNotFoundError(f"{save_dir}: wanted the last {n} checkpoints by {by}, found {len(chosen)} "
-                                f"({', '.join(sorted(names)) or 'empty'})")
+                                + (f"({', '.join(counted)})" if counted else
+                                   f"(the directory holds: {', '.join(sorted(names)) or 'nothing'})"))
     return [os.path.join(save_dir, name) for _, name in sorted(chosen)]
 
 

@@ -16,7 +16,8 @@ BLEU, the number of sentences. All or nothing: the files are made in a temporary
 and moved in only when every one is done, result.json last, replacing (and saying so) what an
 earlier evaluation left in OUT (checkpoints in OUT are kept); a failed evaluation leaves OUT as it
 was. One evaluation at a time per OUT (a second is refused at once). Line counts (--ref,
---baseline-hyp, --source) are checked before fairseq-generate runs, and so is, with
+--baseline-hyp, --source, against each other and against the binarised subset's sentences) are
+checked before fairseq-generate runs, and so is, with
 --strip-concat, that --ref is sentence-level (no <CONCAT>: only the hypotheses are stripped).
 
 --paper P sets beam, length penalty, checkpoint choice, output length bound and tokenised-BLEU
@@ -318,6 +319,10 @@ def resolve(args, parser):
         if count != lines["--ref"][1]:
             parser.error(f"{option} {path} has {count} lines but --ref {args.ref} has {lines['--ref'][1]}: "
                          "they must be line-parallel (one line per sentence of the subset)")
+    sentences = subset_size(args.data, args.subset, args.src, args.tgt)
+    if sentences is not None and sentences != lines["--ref"][1]:  # not after translating the whole subset
+        parser.error(f"--ref {args.ref} has {lines['--ref'][1]} lines but the subset {args.subset!r} of {args.data} "
+                     f"has {sentences} sentences: pass the reference of that subset (--subset names it)")
     if args.strip_concat:  # only the hypotheses are stripped: a 2-to-2 reference would score context too
         from ..data.concat_context import MARKER
 
@@ -327,6 +332,20 @@ def resolve(args, parser):
                          "hypotheses; pass the sentence-level reference (the original target sentences), or "
                          "strip this one first with fairseq-ctx-strip-concat-context")
     return args
+
+
+def subset_size(data, subset, src, tgt):
+    """The number of sentences of a binarised subset (its source side, named as fairseq's
+    translation task looks for it: SUBSET.SRC-TGT.SRC, or SUBSET.TGT-SRC.SRC); None where neither
+    is there (generate then names what is missing)."""
+    from fairseq.data import data_utils, indexed_dataset
+
+    root = data.split(os.pathsep)[0]  # fairseq-generate reads a subset from the first shard
+    for pair in (f"{src}-{tgt}", f"{tgt}-{src}"):
+        prefix = os.path.join(root, f"{subset}.{pair}.{src}")
+        if indexed_dataset.dataset_exists(prefix, impl=indexed_dataset.infer_dataset_impl(prefix)):
+            return len(data_utils.load_indexed_dataset(prefix))
+    return None
 
 
 def parse(argv=None):
