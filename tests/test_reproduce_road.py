@@ -102,6 +102,28 @@ def test_the_cpu_settings_accumulation_leaves_the_other_cells_keys_as_they_were(
     assert "--update-freq" not in train.build_command(config, "cpu", "BIN", "SAVE")
 
 
+@pytest.mark.parametrize("extra", [["--update-freq", "4"], ["--max-tokens=999"], ["--fp16"], ["--amp"],
+                                   ["--batch-size", "8"], ["--distributed-world-size", "2"]])
+def test_batch_and_precision_after_the_options_are_refused_for_the_gpu_settings(extra):
+    """fairseq takes the later value: `p40 -- --update-freq 4` trained 131,072 tokens per update
+    while 32,768 was printed, and `-- --fp16` was filed under p40-...-fp32 as the paper's fp32 run."""
+    config = os.path.join(train.CONFIGS, "yang2019", "enc_deep_global_deep.args")
+    for setting in ("p40", "modern"):
+        with pytest.raises(train.BatchError, match=f"{extra[0].split('=')[0]} after '--': the {setting} setting decides"):
+            train.build_command(config, setting, "BIN", "SAVE", extra=extra, gpus=8)
+    train.build_command(config, "cpu", "BIN", "SAVE", extra=extra)  # the cpu setting takes them
+    train.build_command(config, "p40", "BIN", "SAVE", extra=["--dropout", "0.2"], gpus=8)
+
+
+@pytest.mark.parametrize("address", ["127.0.1.1", "127.0.0.1", "::1", "0.0.0.0", "localhost"])
+def test_a_master_address_only_this_machine_reaches_is_refused_for_several_nodes(address):
+    with pytest.raises(train.BatchError, match="--master-addr"):
+        train.check_launch("torchrun", 2, 0, address)  # Debian's hostname entry is 127.0.1.1
+    train.check_launch("torchrun", 2, 0, "10.0.0.5")
+    train.check_launch("torchrun", 2, 0, "node0")
+    train.check_launch("torchrun", 1, 0, address)  # one node: its own address is right
+
+
 def test_training_never_drops_validation_sentences():
     cmd = train.build_command(os.path.join(train.CONFIGS, "cao", "cross_zero.args"), "cao", "BIN", "SAVE")
     assert cmd[cmd.index("--required-batch-size-multiple") + 1] == "1"
@@ -564,9 +586,9 @@ def _dictionaries_and_training_set_names(cells):
 
 @pytest.mark.parametrize("options", [dict(), dict(smoke=True),
                                      dict(launcher="torchrun", nnodes=2, gpus=4, allow_batch_change=True,
-                                          train_extra=["--fp16"]),
+                                          train_extra=["--dropout", "0.2"]),
                                      dict(launcher="slurm", nnodes=2, gpus=4, allow_batch_change=True)],
-                         ids=["full", "smoke", "torchrun-fp16", "slurm"])
+                         ids=["full", "smoke", "torchrun-extra", "slurm"])
 def test_every_cell_of_every_paper_table_builds_its_model(tmp_path, options):
     # each row's config with each column's options, at full size and as the smoke rehearsal
     # shrinks it, for every launcher: the preflight would otherwise refuse a table of ours

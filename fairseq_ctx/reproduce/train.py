@@ -31,6 +31,7 @@ an ``srun`` line for fairseq's own SLURM support (one task per GPU, --distribute
 """
 import argparse
 import datetime
+import ipaddress
 import json
 import math
 import os
@@ -181,6 +182,10 @@ def _visible_gpus():
         return 0
 
 
+# what a GPU setting decides, refused after '--' (fairseq would take the later value silently)
+SETTING_DECIDES = ("--max-tokens", "--batch-size", "--max-sentences", "--update-freq", "--distributed-world-size",
+                   "--fp16", "--bf16", "--amp", "--memory-efficient-fp16", "--memory-efficient-bf16", "--cpu")
+
 # the cpu setting's batch where nothing else gives one (the demo's, fairseq_ctx/configs/demo/train.common)
 CPU_MAX_TOKENS = 4096
 BATCH_OPTIONS = ("--max-tokens", "--batch-size", "--max-sentences")
@@ -205,6 +210,14 @@ def build_command(config, setting, data, save_dir, extra=(), launcher="spawn", g
     """The training command of one row (``hw``: a Hardware; computed from the setting if None)."""
     hw = hw or hardware(setting, paper_of(config), gpus, nnodes, max_tokens_per_gpu, reference,
                         allow_batch_change=allow_batch_change)
+    if hw.precision != "cpu":
+        given = sorted({w.split("=")[0] for w in extra if w.split("=")[0] in SETTING_DECIDES})
+        if given:
+            raise BatchError(f"{' '.join(given)} after '--': the {setting} setting decides the batch and precision "
+                             f"({hw.describe()}), as the effective batch printed and the results directory's name "
+                             "state them; fairseq would take yours instead. Change the GPU count with --gpus "
+                             "(--allow-batch-change for another effective batch), the tokens per GPU with "
+                             "--max-tokens-per-gpu (modern), or train with --setting cpu, which takes them")
     # --required-batch-size-multiple 1: fairseq drops the last batch of validation otherwise
     words = model_args(config)
     batch = hardware_args(hw)
@@ -285,11 +298,23 @@ def add_hardware_options(parser):
                         help="train even if the hardware cannot keep the paper's effective batch")
 
 
+def _this_machine_only(address):
+    """An address no other node reaches: localhost, a loopback (127.0.0.0/8: Debian's hostname
+    entry is 127.0.1.1, ::1) or the any-address. Literal addresses only: no name is looked up."""
+    if address == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(address.split("%")[0])
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_unspecified
+
+
 def check_launch(launcher, nnodes, node_rank, master_addr):
     """A multi-node launch that cannot rendezvous is refused before anything starts."""
     if nnodes < 1 or not 0 <= node_rank < nnodes:
         raise BatchError(f"--node-rank {node_rank} with --nnodes {nnodes}: ranks are 0 .. nnodes - 1")
-    if nnodes > 1 and launcher == "torchrun" and master_addr in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
+    if nnodes > 1 and launcher == "torchrun" and _this_machine_only(master_addr):
         raise BatchError(f"--nnodes {nnodes} with torchrun needs --master-addr set to node 0's address, reachable "
                          f"from every node (not {master_addr})")
     if node_rank > 0 and launcher != "torchrun":
