@@ -388,6 +388,42 @@ def test_a_finished_training_is_not_started_again(tiny_data_bin, tmp_path):
     assert e.value.code == 0 and stored_updates(str(save_dir / "checkpoint_last.pt")) == 3
 
 
+def test_a_finished_training_is_not_started_again_on_several_nodes(tmp_path, monkeypatch):
+    """The finished check was skipped with --nnodes > 1: a requeued multi-node job whose training had
+    finished (its driver gone before train.json) took one more update and overwrote checkpoint_last /
+    _best. Every node now judges the same whole checkpoint_last.pt (a node > 0 after node 0's repair)."""
+    import dataclasses
+
+    from fairseq_ctx.reproduce import train as train_mod
+    from tests.test_reproduce_road import _options
+
+    table = tables.TABLES["cao_table2"]
+    cell = runner.build_cells(table, table.rows[:1], _options(), str(tmp_path / "results"), str(tmp_path))[0]
+    os.makedirs(cell.checkpoint_dir)
+    _save(pathlib.Path(cell.checkpoint_dir) / "checkpoint_last.pt", 3)
+    cell.hw = dataclasses.replace(cell.hw, nnodes=2)
+    cell.train_cmd = [sys.executable, "-c", "import sys; sys.exit(9)", "--max-update", "3"]
+    assert runner.run_follower([cell], 1) == ""  # node 1: not started (it would exit 9: FAILED)
+    runner.run_cell(cell, "cpu", False, dict(os.environ))  # node 0
+    assert "training exited 9" not in (cell.message or "")
+    assert json.loads((pathlib.Path(cell.train_dir) / "train.json").read_text())[
+        "finished_in_an_earlier_attempt_at_update"] == 3
+
+    started = []
+    monkeypatch.setattr(train_mod.subprocess, "call", lambda cmd, **kwargs: started.append(cmd) or 0)
+    for rank in (0, 1):
+        with pytest.raises(SystemExit) as e:
+            train_mod.main(["yang2019/both.args", "cpu", "--data", str(tmp_path), "--save-dir", cell.checkpoint_dir,
+                            "--launcher", "torchrun", "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "n0",
+                            "--skip-checkpoint-check", "--", "--max-update", "3"])
+        assert e.value.code == 0 and started == []
+    with pytest.raises(SystemExit):  # short of --max-update: it trains
+        train_mod.main(["yang2019/both.args", "cpu", "--data", str(tmp_path), "--save-dir", cell.checkpoint_dir,
+                        "--launcher", "torchrun", "--nnodes", "2", "--node-rank", "1", "--master-addr", "n0",
+                        "--skip-checkpoint-check", "--", "--max-update", "4"])
+    assert len(started) == 1
+
+
 def test_fairseq_ctx_train_refuses_a_directory_a_training_holds(tmp_path, monkeypatch):
     """A resubmitted job while the first one still trains: the second starts nothing (the
     first one's fairseq-train holds the save directory's lock, inherited)."""

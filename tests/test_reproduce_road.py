@@ -44,6 +44,8 @@ def test_reproduce_dry_run_prints_the_effective_batch_of_every_cell_on_two_nodes
     batches = re.findall(r"effective batch: (\d+) tokens", proc.stdout)
     assert batches == ["32768"] * 12
     assert proc.stdout.count("--nnodes 2 --node-rank 1 --master-addr node0") == 12
+    # node 1 never evaluates: its dry-run printed node 0's evaluation commands as its own
+    assert "fairseq_ctx.evaluation" not in proc.stdout and "# node 1 only trains" in proc.stdout
     refused = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "reproduce", "wang2019_table2.py"),
                               "--dry-run", "--results", str(tmp_path), "--nnodes", "2", "--gpus", "8",
                               "--launcher", "torchrun", "--master-addr", "node0"], capture_output=True, text=True, env=cli_env(), cwd=ROOT)
@@ -113,6 +115,52 @@ def test_batch_and_precision_after_the_options_are_refused_for_the_gpu_settings(
             train.build_command(config, setting, "BIN", "SAVE", extra=extra, gpus=8)
     train.build_command(config, "cpu", "BIN", "SAVE", extra=extra)  # the cpu setting takes them
     train.build_command(config, "p40", "BIN", "SAVE", extra=["--dropout", "0.2"], gpus=8)
+
+
+def test_another_papers_setting_and_a_modern_batch_sized_without_gpus_are_said(monkeypatch):
+    """`iida2019_table2 --setting p40` trained 8x Iida's tokens per update without a word; `modern`
+    without --gpus on a GPU-less login node sized the batch for 1 GPU (another directory than the job's)."""
+    monkeypatch.setattr(train, "_visible_gpus", lambda: 0)
+    said = train.setting_warnings("p40", "iida2019")
+    assert len(said) == 1 and "32,768" in said[0] and "iida2019 trained with iida's (4,000)" in said[0]
+    assert "cao's batch (49,152" in train.setting_warnings("modern", "yang2019", gpus=8, reference="cao")[0]
+    assert "no GPU visible" in " ".join(train.setting_warnings("modern", "yang2019"))
+    for setting, paper in (("iida", "iida2019"), ("p40", "wang2019"), ("cao", "cao"), ("cpu", "iida2019")):
+        assert train.setting_warnings(setting, paper) == []
+    assert train.setting_warnings("modern", "yang2019", gpus=1) == []
+    monkeypatch.setattr(train, "_visible_gpus", lambda: 4)
+    assert train.setting_warnings("modern", "yang2019") == []
+
+
+def test_data_fairseq_train_would_stop_on_is_said_before_it_starts(tiny_data_bin, tmp_path):
+    """`fairseq-ctx-train --dry-run --data DIR` said nothing of a DIR without binarised data."""
+    import shutil
+
+    config = os.path.join(train.CONFIGS, "iida2019", "lstm.args")
+
+    def problem(data, *extra):
+        return train.data_problem(train.build_command(config, "cpu", str(data), "SAVE", extra=list(extra)))
+
+    assert problem(tiny_data_bin) is None
+    assert "no such directory" in problem(tmp_path / "nowhere")
+    assert "no binarised data" in problem(tmp_path)
+    copy = tmp_path / "bin"
+    shutil.copytree(tiny_data_bin, copy)
+    for path in glob.glob(str(copy / "valid.*")):
+        os.remove(path)
+    assert ": no valid." in problem(copy)
+    assert problem(copy, "--disable-validation") is None
+    src = next(name.split(".")[1].split("-")[0] for name in os.listdir(copy) if name.startswith("train."))
+    os.remove(copy / f"dict.{src}.txt")
+    assert problem(copy, "--disable-validation").endswith(f"no dict.{src}.txt")
+
+
+def test_the_papers_train_args_is_refused_as_a_row_config(tmp_path):
+    """`fairseq-ctx-train iida2019/train.args` was taken as a row: the schedule without a model."""
+    with pytest.raises(SystemExit) as e:
+        train.main(["iida2019/train.args", "iida", "--data", str(tmp_path), "--save-dir", str(tmp_path / "s"),
+                    "--dry-run"])
+    assert "read before every row's config" in str(e.value) and "lstm_multihop.args" in str(e.value)
 
 
 @pytest.mark.parametrize("address", ["127.0.1.1", "127.0.0.1", "::1", "0.0.0.0", "localhost"])
@@ -227,6 +275,35 @@ def test_cells_of_different_settings_never_share_a_directory():
     dirs = {c.train_dir for c in _cells("cao_table1")}
     assert not dirs & {c.train_dir for c in _cells("cao_table1", setting="modern", gpus=1)}
     assert not dirs & {c.train_dir for c in _cells("cao_table1", gpus=1)}  # 1 GPU x 24 accumulations
+
+
+def test_the_same_training_on_another_node_layout_keeps_its_directory(tmp_path):
+    """2 nodes x 4 GPUs train what 1 x 8 does (same key, world size, batch and precision): a job
+    resubmitted with the other layout, or `--table-only` without the layout options, found nothing
+    (p40-2x4x4096x1-fp32 vs p40-1x8x4096x1-fp32) and trained every cell again."""
+    table = tables.TABLES["yang2019_table1"]
+    results = str(tmp_path)
+
+    def dirs(**kw):
+        return [c.train_dir for c in runner.build_cells(table, table.rows[:2], _options(**kw), results, "D")]
+
+    eight = dirs()
+    assert dirs(nnodes=2, gpus=4, launcher="torchrun", master_addr="node0") == eight
+    assert dirs(nnodes=4, gpus=2, launcher="torchrun", master_addr="node0") == eight
+    assert os.path.basename(os.path.dirname(os.path.dirname(eight[0]))) == "p40-8x4096x1-fp32"
+    assert not set(dirs(gpus=4)) & set(eight)  # 4 GPUs x 2 accumulations: another training
+
+    # a directory named by the earlier tag (nodes x GPUs) is kept, the finished one first
+    relative = [os.path.relpath(d, os.path.join(results, "p40-8x4096x1-fp32")) for d in eight]
+    for tag in ("p40-1x8x4096x1-fp32", "p40-2x4x4096x1-fp32"):
+        os.makedirs(os.path.join(results, tag, relative[0], "checkpoints"))
+    open(os.path.join(results, "p40-2x4x4096x1-fp32", relative[0], "train.json"), "w").close()
+    os.makedirs(os.path.join(results, "p40-1x4x4096x1-fp32", relative[1]))  # 4 GPUs: not this batch
+    kept = dirs(nnodes=2, gpus=4, launcher="torchrun", master_addr="node0")
+    assert kept[0] == os.path.join(results, "p40-2x4x4096x1-fp32", relative[0])
+    assert dirs() == kept and kept[1] == eight[1]
+    os.makedirs(eight[0])  # the directory of the current tag, once it exists, wins
+    assert dirs()[0] == eight[0]
 
 
 def test_wang_en_fr_big_uses_vaswanis_en_fr_dropout():

@@ -149,7 +149,9 @@ KNOWN_COUNTS: Dict[str, int] = {
     "wmt17-zh-en/valid": 2002, "wmt17-zh-en/test": 2001,
     "aspec/valid": 1790, "aspec/test": 1812,
 }
-CWMT_PARTS = "casia2015, casict2011, casict2015, datum2015, datum2017, neu2017"
+# the CWMT corpora of WMT17 zh-en (registration needed; reproduce's tables print them as --extra-train CWMT/<part>)
+CWMT_PART_NAMES = ("casia2015", "casict2011", "casict2015", "datum2015", "datum2017", "neu2017")
+CWMT_PARTS = ", ".join(CWMT_PART_NAMES)
 MD5 = re.compile(r"^[0-9a-f]{32}$")
 
 

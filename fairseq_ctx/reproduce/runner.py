@@ -1,7 +1,7 @@
 """Run a paper table: cells (row x column), preflight, training, evaluation, provenance.
 
 A cell's training directory is keyed by what decides the trained model: the
-hardware tag (setting, nodes x GPUs x tokens x update-freq, precision), the row's config
+hardware tag (setting, processes x tokens x update-freq, precision), the row's config
 name, and a hash (``training_key``) of every fairseq-train argument (config contents,
 column options, `--` extras, smoke sizes) and of the prepared data (dictionaries and the
 data script's settings). Two tables that train the same model (Iida Tables 2-4, Yang
@@ -10,7 +10,8 @@ and the second only evaluates (in an eval directory of its own evaluation settin
 that changes the training gets a directory of its own, never a finished model trained
 otherwise.
 
-    <results>/<hardware tag>/<config>-<key>/<data>[-<bin>]/
+    <results>/<hardware tag>/<config>-<key>/<data>[-<bin>]/   (e.g. p40-8x4096x1-fp32: setting, processes x
+                                                              tokens x update-freq, precision)
         train.log  train.json (provenance, written when training finished; "resumptions": fairseq_ctx/resumptions.py)  train.lock (flock held while training: fairseq_ctx/run_lock.py)
         checkpoints/ (with checkpoint_repairs.json when a cut-off checkpoint_last.pt was replaced)  eval/<subset>-<evaluation key>/{result.json, hyp.detok.<tgt>, generate.out, eval.log}
 
@@ -182,6 +183,23 @@ def train_dir_of(results, table, row, column, hw_tag, key):
     return os.path.join(results, hw_tag, _slug(f"{config}-{key}"), _slug(data))
 
 
+def cell_train_dir(results, table, row, column, setting, hw, key, smoke=False):
+    """A cell's directory. Where it does not exist yet, the directory of the same training under
+    the tag of before (named by nodes x GPUs per node: p40-2x4x4096x1-fp32 and p40-1x8x4096x1-fp32
+    for what is now p40-8x4096x1-fp32) is kept, the finished one first: its training is
+    evaluated, or resumed, instead of being done again."""
+    if smoke:
+        return train_dir_of(results, table, row, column, "smoke", key)
+    train_dir = train_dir_of(results, table, row, column, hw.tag(setting), key)
+    if os.path.exists(train_dir) or not os.path.isdir(results):
+        return train_dir
+    earlier = [path for path in (train_dir_of(results, table, row, column, tag, key)
+                                 for tag in hw.earlier_tags(setting, os.listdir(results))) if os.path.isdir(path)]
+    earlier.sort(key=lambda path: (not os.path.exists(os.path.join(path, "train.json")),
+                                   not os.path.exists(os.path.join(path, CHECKPOINTS, LAST))))
+    return earlier[0] if earlier else train_dir
+
+
 def evaluation_key(table, column):
     """6 hex digits of what decides a cell's scores besides the model: checkpoint choice,
     beam, length penalty, output bound, BPE removal, 2-to-2 stripping. Two tables evaluating
@@ -241,7 +259,6 @@ def build_cells(table, rows, options, results, data_root) -> List[Cell]:
             hw = train_mod.hardware(setting, table.paper, options.gpus, options.nnodes, options.max_tokens_per_gpu,
                                     options.reference, cpu_max_tokens=options.cpu_max_tokens,
                                     allow_batch_change=options.allow_batch_change)
-            tag = "smoke" if options.smoke else hw.tag(setting)
             extra = column_args(row, column)
             if options.smoke:
                 extra = smoke_model_args(train_mod.model_args(os.path.join(CONFIGS, row.config)) + extra,
@@ -262,7 +279,7 @@ def build_cells(table, rows, options, results, data_root) -> List[Cell]:
                                               node_rank=options.node_rank, master_addr=options.master_addr,
                                               master_port=options.master_port + int(key, 16) % 1000,
                                               backend=options.backend, hw=hw)
-            train_dir = train_dir_of(results, table, row, column, tag, key)
+            train_dir = cell_train_dir(results, table, row, column, setting, hw, key, options.smoke)
             cmd = [w.replace(SAVE_DIR, train_dir) for w in cmd]
             subsets = [column.subset]
             if table.kind == "length":
@@ -506,10 +523,8 @@ def run_cell(cell, setting, smoke, env, train_only=False):
             repairs = _repairs_so_far(cell.checkpoint_dir, repaired)
             if repairs:  # resumed from an earlier save, or started over (this attempt's or an earlier one's)
                 record["checkpoint_repair"] = repairs
-            # (one node: the other nodes of a multi-node training decide on their own and would
-            # wait at the rendezvous for a node 0 that does not come)
-            done = finished_at(cell.checkpoint_dir, train_mod.option_int(cell.train_cmd, "--max-update", 0)) \
-                if cell.hw.nnodes == 1 else None
+            # the other nodes judge the same file (run_follower): none starts a finished training again
+            done = finished_at(cell.checkpoint_dir, train_mod.option_int(cell.train_cmd, "--max-update", 0))
             if done is not None:  # its driver was gone when it ended: no train.json yet
                 _say(cell, log, f"checkpoint_last.pt is at update {done} (--max-update): the training finished "
                                 "in an earlier attempt; not started again")
@@ -618,6 +633,14 @@ def run_follower(cells, node_rank):
     failed = []
     for cell in [c for c in cells if not c.trained]:
         log = os.path.join(cell.train_dir, f"train.node{node_rank}.log")
+        # as node 0 judges it after its repair: a training that finished in an earlier attempt
+        # (its driver gone before train.json) is not started again; node 0 does not start it either
+        train_mod.wait_for_node_0(cell.checkpoint_dir, node_rank)
+        done = finished_at(cell.checkpoint_dir, train_mod.option_int(cell.train_cmd, "--max-update", 0))
+        if done is not None:
+            print(f"node {node_rank}: {cell.name}: checkpoint_last.pt is at update {done} (--max-update): finished "
+                  "in an earlier attempt; not started again", flush=True)
+            continue
         code = _run_logged(cell.train_cmd, log, python_env(dict(os.environ, PYTHONUNBUFFERED="1")))
         print(f"node {node_rank}: {cell.name}: training {'ok' if code == 0 else f'FAILED (exit {code}); log {log}'}",
               flush=True)
@@ -793,6 +816,10 @@ def main(table_key, argv=None):
     except train_mod.BatchError as error:
         sys.exit(f"reproduce: {error}")
     refuse_checkpoint_conflicts(cells, table)
+    if not options.smoke:
+        for warning in train_mod.setting_warnings(options.setting or PAPER_SETTING[table.paper], table.paper,
+                                                  options.gpus, options.reference):
+            print(f"reproduce: warning: {warning}", file=sys.stderr, flush=True)
     for warning in sorted({w for cell in cells for w in train_mod.checkpoint_warnings(cell.train_cmd,
                                                                                        table.evaluation)}):
         print(f"reproduce: warning: {warning}", file=sys.stderr, flush=True)
@@ -805,8 +832,10 @@ def main(table_key, argv=None):
             if cell.hw.effective is not None:
                 print(f"# {cell.name}: effective batch: {cell.hw.effective} tokens ({cell.hw.describe()})")
             print(("# done: " if cell.trained else "") + shlex.join(cell.train_cmd), flush=True)
-            for subset in cell.subsets:
+            for subset in cell.subsets if options.node_rank == 0 else ():
                 print(("# done: " if cell.evaluated(subset) else "") + shlex.join(eval_command(cell, subset)), flush=True)
+        if options.node_rank > 0:
+            print(f"# node {options.node_rank} only trains: node 0 evaluates every cell afterwards", flush=True)
     counts = None
     if (options.params if options.params is not None else table.params):
         from .params import count_rows

@@ -21,6 +21,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from ..data.corpora import CWMT_PART_NAMES
 from ..evaluation.defaults import PAPER_DEFAULTS, EvalSettings
 from . import paper_tables  # the papers' own numbers and marks, as printed
 
@@ -94,8 +95,7 @@ EN_DE = Column("En-De", "wmt14-en-de", "en", "de")
 EN_FR = Column("En-Fr", "wmt14-en-fr", "en", "fr")
 # the registered CWMT parts (PREFIX.zh / PREFIX.en each, where the user keeps them; the file
 # names are the user's): without them prepare-wmt.sh refuses unless --without-cwmt is given
-CWMT = " ".join(f"--extra-train CWMT/{part}" for part in
-                ("casia2015", "casict2011", "casict2015", "datum2015", "datum2017", "neu2017"))
+CWMT = " ".join(f"--extra-train CWMT/{part}" for part in CWMT_PART_NAMES)
 ZH_EN = Column("Zh-En", "wmt17-zh-en", "zh", "en", prepare=f"wmt17-zh-en {CWMT}")
 ZH_EN_50 = Column("Zh-En", "wmt17-zh-en-len50", "zh", "en", prepare=f"wmt17-zh-en --max-len 49 {CWMT}")
 SP = "sentencepiece"

@@ -35,6 +35,7 @@ import ipaddress
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import socket
@@ -122,8 +123,18 @@ class Hardware:
                 f"{self.max_tokens} tokens x update-freq {self.update_freq} ({self.precision})")
 
     def tag(self, setting):
-        """Directory name: cells of different hardware never share a directory."""
-        return f"{setting}-{self.nnodes}x{self.gpus}x{self.max_tokens}x{self.update_freq}-{self.precision}"
+        """Directory name: cells trained with another batch or precision never share a directory.
+        The processes in all (how fairseq shards each batch), not their layout on nodes: 2 nodes x
+        4 GPUs train what 1 node x 8 GPUs does, and a job resubmitted with the other layout resumes."""
+        return f"{setting}-{self.world}x{self.max_tokens}x{self.update_freq}-{self.precision}"
+
+    def earlier_tags(self, setting, names):
+        """Those of the directory ``names`` that the tag of before the world size (nodes x GPUs per
+        node, e.g. p40-2x4x4096x1-fp32) gave this hardware's batch and precision."""
+        pattern = re.compile(rf"{re.escape(setting)}-(\d+)x(\d+)x{self.max_tokens}x{self.update_freq}"
+                             rf"-{re.escape(self.precision)}")
+        return sorted(name for name in names
+                      if (m := pattern.fullmatch(name)) and int(m.group(1)) * int(m.group(2)) == self.world)
 
 
 def hardware(setting, paper=None, gpus=None, nnodes=1, max_tokens_per_gpu=16384, reference=None,
@@ -157,6 +168,24 @@ def hardware(setting, paper=None, gpus=None, nnodes=1, max_tokens_per_gpu=16384,
             raise BatchError(message)
         print(f"warning: {message}", file=sys.stderr)
     return hw
+
+
+def setting_warnings(setting, paper, gpus=None, reference=None):
+    """What in a setting is likely not what was meant, a line each (trained anyway): another paper's
+    batch than ``paper``'s, and ``modern`` sizing its batch for one GPU where none is visible (a
+    login node: the job's GPU count gives another split of the batch and another directory)."""
+    out, own = [], PAPER_SETTING.get(paper)
+    papers = {name: " / ".join(p for p, s in PAPER_SETTING.items() if s == name) for name in SETTINGS}
+    chosen = setting if setting in SETTINGS else reference if setting == "modern" else None
+    if own and chosen and chosen != own:
+        out.append(f"{'--reference ' if setting == 'modern' else 'the '}{chosen}"
+                   f"{'' if setting == 'modern' else ' setting'} is {papers[chosen]}'s batch "
+                   f"({paper_batch(chosen):,} tokens per update); {paper} trained with {own}'s "
+                   f"({paper_batch(own):,}): these runs will not be in the paper's setting")
+    if setting == "modern" and gpus is None and not _visible_gpus():
+        out.append("modern without --gpus and no GPU visible here: sized for 1 GPU per node; pass --gpus N as the "
+                   "training nodes have (the batch split and the results directory depend on it)")
+    return out
 
 
 def setting_args(setting, paper=None, gpus=None, max_tokens_per_gpu=16384, reference=None, nnodes=1,
@@ -198,6 +227,29 @@ def cpu_default_batch(hw, words):
         return ["--max-tokens", str(CPU_MAX_TOKENS)]
     return []
 
+def setting_decides(hw, setting, words, extra):
+    """What the setting decides, as fairseq-train arguments put after the config's ``words``:
+    batch, accumulation, precision. Under a GPU setting, the same options in ``extra`` (after '--')
+    are refused (BatchError); the cpu setting takes them, and its default batch where none is given."""
+    if hw.precision != "cpu":
+        given = sorted({w.split("=")[0] for w in extra if w.split("=")[0] in SETTING_DECIDES})
+        if given:
+            raise BatchError(f"{' '.join(given)} after '--': the {setting} setting decides the batch and precision "
+                             f"({hw.describe()}), as the effective batch printed and the results directory's name "
+                             "state them; fairseq would take yours instead. Change the GPU count with --gpus "
+                             "(--allow-batch-change for another effective batch), the tokens per GPU with "
+                             "--max-tokens-per-gpu (modern), or train with --setting cpu, which takes them")
+    batch = hardware_args(hw)
+    batch += cpu_default_batch(hw, [*batch, *words, *extra])
+    if hw.precision == "cpu" and option_value(words, "--update-freq") is not None:
+        # the setting decides the accumulation, as every other setting does:
+        # iida2019/lstm_multihop.args' own --update-freq 2 gave that one row twice the tokens per
+        # update of the rows it is compared with. Only where a config names one, so that the
+        # training key (every argument) of every other cpu cell stays as it was
+        batch += ["--update-freq", str(hw.update_freq)]
+    return batch
+
+
 # fairseq's translation task, except that a training resumed in a later epoch keeps the batches
 # the uninterrupted one has (fairseq_ctx/tasks/translation_exact_resume.py): every training
 # command runs it unless its settings name a task
@@ -210,24 +262,9 @@ def build_command(config, setting, data, save_dir, extra=(), launcher="spawn", g
     """The training command of one row (``hw``: a Hardware; computed from the setting if None)."""
     hw = hw or hardware(setting, paper_of(config), gpus, nnodes, max_tokens_per_gpu, reference,
                         allow_batch_change=allow_batch_change)
-    if hw.precision != "cpu":
-        given = sorted({w.split("=")[0] for w in extra if w.split("=")[0] in SETTING_DECIDES})
-        if given:
-            raise BatchError(f"{' '.join(given)} after '--': the {setting} setting decides the batch and precision "
-                             f"({hw.describe()}), as the effective batch printed and the results directory's name "
-                             "state them; fairseq would take yours instead. Change the GPU count with --gpus "
-                             "(--allow-batch-change for another effective batch), the tokens per GPU with "
-                             "--max-tokens-per-gpu (modern), or train with --setting cpu, which takes them")
-    # --required-batch-size-multiple 1: fairseq drops the last batch of validation otherwise
     words = model_args(config)
-    batch = hardware_args(hw)
-    batch += cpu_default_batch(hw, [*batch, *words, *extra])
-    if hw.precision == "cpu" and option_value(words, "--update-freq") is not None:
-        # the setting decides the accumulation, as every other setting does:
-        # iida2019/lstm_multihop.args' own --update-freq 2 gave that one row twice the tokens per
-        # update of the rows it is compared with. Only where a config names one, so that the
-        # training key (every argument) of every other cpu cell stays as it was
-        batch += ["--update-freq", str(hw.update_freq)]
+    batch = setting_decides(hw, setting, words, extra)
+    # --required-batch-size-multiple 1: fairseq drops the last batch of validation otherwise
     args = [data, "--user-dir", USER_DIR, *words, *batch,
             "--save-dir", save_dir, "--required-batch-size-multiple", "1", *extra]
     if not any(w == "--task" or w.startswith("--task=") for w in [*words, *extra]):
@@ -280,6 +317,34 @@ def fairseq_train_argv(cmd):
     if not starts:
         raise ValueError(f"no fairseq-train entry ({', '.join(TRAIN_ENTRIES)}) in {shlex.join(cmd)}")
     return cmd[starts[0] + 1:]
+
+
+def data_problem(cmd):
+    """The first thing fairseq-train would stop on in its data directory (the first of a
+    ':'-separated list), before its first update: the dictionaries, the training set, each
+    validation subset (fairseq_cli/train.py loads them before training); None: all there.
+    Languages as fairseq infers them (data_utils.infer_language_pair) where none is given."""
+    argv = fairseq_train_argv(cmd)
+    data = argv[0].split(os.pathsep)[0]
+    if not os.path.isdir(data):
+        return f"{data}: no such directory"
+    src, tgt = option_value(argv, "--source-lang"), option_value(argv, "--target-lang")
+    if not (src and tgt):
+        pairs = [name.split(".")[1].split("-") for name in sorted(os.listdir(data))
+                 if len(name.split(".")) >= 3 and len(name.split(".")[1].split("-")) == 2]
+        if not pairs:
+            return f"{data}: no binarised data (<split>.<src>-<tgt>.<lang>.idx / .bin)"
+        src, tgt = src or pairs[0][0], tgt or pairs[0][1]
+    subsets = [option_value(argv, "--train-subset") or "train"]
+    if "--disable-validation" not in argv:
+        subsets += (option_value(argv, "--valid-subset") or "valid").split(",")
+    need = [f"dict.{src}.txt", f"dict.{tgt}.txt"]
+    for subset in subsets:
+        if not any(os.path.exists(os.path.join(data, f"{subset}.{pair}.{src}.idx"))
+                   for pair in (f"{src}-{tgt}", f"{tgt}-{src}")):
+            need.append(f"{subset}.{src}-{tgt}.{src}.idx")
+    missing = [name for name in need if not os.path.exists(os.path.join(data, name))]
+    return f"{data}: no {missing[0]}" if missing else None
 
 
 def add_hardware_options(parser):
@@ -652,6 +717,17 @@ def _train_recorded(args, cmd, world, resumed):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def wait_for_node_0(save_dir, node_rank):
+    """A node other than node 0 reads the checkpoint_last.pt node 0 may be repairing: it waits
+    (5 s steps, up to NODE_WAIT_S) for a whole one, so that every node judges the same file before
+    deciding whether the training has finished or how it resumes (nodes deciding apart would
+    leave the others waiting at the rendezvous)."""
+    last, waited = os.path.join(save_dir, LAST), 0
+    while node_rank > 0 and os.path.isfile(last) and not written_to_the_end(last) and waited < NODE_WAIT_S:
+        time.sleep(5)
+        waited += 5
+
+
 def _allowed_changes(value):
     """--allow-changed-options: None for 'all', else the named options (context-init or
     context_init; --context-init as --allow-changed-options=--context-init)."""
@@ -671,13 +747,6 @@ def _say_resumption(args, cmd, world, dry_run=False):
     ``options_changed``'s lists or None with "not_compared": why, "allowed": --allow-changed-options}."""
     from ..resumptions import describe_options_changed, describe_resumption_ahead, options_changed, resumption_ahead
 
-    last = os.path.join(args.save_dir, LAST)
-    waited = 0
-    # another node reads the checkpoint node 0 may be repairing: it waits for a whole one, so that
-    # every node judges the same (nodes deciding apart would leave the others at the rendezvous)
-    while args.node_rank > 0 and os.path.isfile(last) and not written_to_the_end(last) and waited < NODE_WAIT_S:
-        time.sleep(5)
-        waited += 5
     resumption = resumption_ahead(args.save_dir, cmd, args.data)
     if resumption is None:
         return None
@@ -734,6 +803,11 @@ def main(argv=None):
     args.config = config_path(args.config)
     if not os.path.isfile(args.config):
         sys.exit(f"train: config not found: {args.config} (a path, or <paper>/<row>.args among {CONFIGS})")
+    if os.path.basename(args.config) == "train.args":
+        rows = sorted(name for name in os.listdir(os.path.dirname(args.config))
+                      if name.endswith(".args") and name != "train.args")
+        sys.exit(f"train: {args.config} is the paper's optimiser and schedule, read before every row's config; "
+                 f"name a row's config (its model){': ' + ', '.join(rows) if rows else ''}")
     try:
         check_launch(args.launcher, args.nnodes, args.node_rank, args.master_addr)
         hw = hardware(args.setting, paper_of(args.config), args.gpus, args.nnodes, args.max_tokens_per_gpu,
@@ -753,15 +827,21 @@ def main(argv=None):
                  + "; --skip-checkpoint-check trains anyway")
     for warning in checkpoint_warnings(cmd, PAPER_DEFAULTS.get(paper)):
         print(f"train: warning: {warning}", file=sys.stderr, flush=True)
+    for warning in setting_warnings(args.setting, paper, args.gpus, args.reference):
+        print(f"train: warning: {warning}", file=sys.stderr, flush=True)
     if hw.effective is not None:
         print(f"effective batch: {hw.effective} tokens ({hw.describe()})", flush=True)
     elif cpu_default_batch(hw, [*hardware_args(hw), *model_args(args.config), *extra]):
         print(f"train: the cpu setting: --max-tokens {CPU_MAX_TOKENS} x {hw.world} process(es) (no batch given "
               "after '--' or in the config)", flush=True)
     print(shlex.join(cmd), flush=True)
+    problem = data_problem(cmd)
+    if problem:  # (a test's fairseq-train stand-in may need no data: said, not refused)
+        print(f"train: warning: --data {problem}: fairseq-train will stop on it before training (prepare the data "
+              "with fairseq-ctx-prepare-data, docs/experiments.md)", file=sys.stderr, flush=True)
     if args.dry_run:
         # what the real start would do first: leave a finished training alone, repair a cut-off last
-        done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0)) if args.nnodes == 1 else None
+        done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0))
         last = os.path.join(args.save_dir, LAST)
         if done is not None:
             print(f"train: {last} is at update {done} (--max-update): a real start would not train again",
@@ -781,8 +861,10 @@ def main(argv=None):
             sys.exit(f"train: {error}: a training is running there; nothing was started")
         repair_before_resuming(args.save_dir, log=lambda message: print(f"train: {message}", file=sys.stderr,
                                                                          flush=True))
-    # one node only: nodes deciding apart could leave the others waiting at the rendezvous
-    done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0)) if args.nnodes == 1 else None
+    # every node, on the same whole file: with several nodes too, a relaunched finished training
+    # (a requeued job) would take one more update and overwrite checkpoint_last / _best
+    wait_for_node_0(args.save_dir, args.node_rank)
+    done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0))
     if done is not None:  # fairseq-train would take one more update and overwrite the checkpoints
         print(f"train: {args.save_dir}/checkpoint_last.pt is at update {done} (--max-update): the training has "
               "finished; not started again", file=sys.stderr, flush=True)
