@@ -496,3 +496,37 @@ def test_a_reference_of_another_length_than_the_subset_is_refused_before_generat
         assert exit_info.value.code == 2 and f"but the subset '{subset}' of" in err, err
     assert parse("--ref", str(tiny_corpus / "raw" / "test.en")).subset == "test"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("impl", ["mmap", "cached", "raw"])
+def test_the_subsets_sentence_count_is_fairseqs_without_importing_fairseq(tmp_path, impl):
+    """The count read from the index header equals the length fairseq's loader gives, for each
+    format fairseq-generate infers; the evaluation's own process no longer imports fairseq for it
+    (~5.6 s of CPU in every one of a table's evaluations: fairseq-generate imports it anyway)."""
+    import subprocess
+    import sys
+
+    import torch
+    from fairseq.data import data_utils, indexed_dataset
+
+    prefix = str(tmp_path / "test.zh-en.zh")
+    sentences = [[4, 5, 6, 2], [7, 2], [8, 9, 2]] * 3 + [[2]]
+    if impl == "raw":
+        with open(prefix, "w", encoding="utf-8") as handle:
+            handle.write("".join(" ".join("x" * len(s)) + "\n" for s in sentences))
+    else:
+        builder = indexed_dataset.make_builder(prefix + ".bin", impl=impl, vocab_size=100)
+        for sentence in sentences:
+            builder.add_item(torch.tensor(sentence))
+        builder.finalize(prefix + ".idx")
+    if impl != "raw":  # (the raw format needs a dictionary to load; its count is its lines)
+        assert len(data_utils.load_indexed_dataset(prefix)) == len(sentences)
+    assert command.subset_size(str(tmp_path), "test", "zh", "en") == len(sentences)
+    assert command.subset_size(str(tmp_path), "test", "en", "zh") is None  # no test.*.en
+    assert command.subset_size(str(tmp_path), "valid", "zh", "en") is None
+    probe = (f"import sys; from fairseq_ctx.evaluation import command; "
+             f"assert command.subset_size({str(tmp_path)!r}, 'test', 'zh', 'en') == {len(sentences)}; "
+             "assert 'fairseq' not in sys.modules, 'fairseq imported'")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=dict(os.environ, FAIRSEQ_CTX_NO_MODELS="1"), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -36,6 +36,7 @@ import json
 import re
 import os
 import shutil
+import struct
 import sys
 import tempfile
 
@@ -334,17 +335,41 @@ def resolve(args, parser):
     return args
 
 
+# the headers of fairseq's binarised indexes (fairseq/data/indexed_dataset.py), read here instead of
+# importing fairseq.data for a count: that import costs ~5.6 s of CPU in every evaluation, whose
+# fairseq-generate imports fairseq again in its own process
+_MMAP_MAGIC = b"MMIDIDX\x00\x00"  # MMapIndexedDataset.Index: magic, <Q version, <B dtype code, <Q count
+_CACHED_MAGIC = b"TNTIDX\x00\x00"  # IndexedDataset (cached / lazy): magic, <Q version, <QQ code / size, <QQ count / s
+
+
+def dataset_sentences(prefix):
+    """The sentences of one side of a binarised subset, as fairseq's infer_dataset_impl finds it:
+    the lines of a raw text PREFIX, else the count in PREFIX.idx's header (mmap, or the older
+    cached / lazy format) where PREFIX.bin is there too; None otherwise (no such dataset, or a
+    format not read here)."""
+    if os.path.isfile(prefix):  # --dataset-impl raw: one sentence per line
+        with open(prefix, "rb") as handle:
+            return sum(1 for _ in handle)
+    if not (os.path.isfile(prefix + ".idx") and os.path.isfile(prefix + ".bin")):
+        return None
+    with open(prefix + ".idx", "rb") as handle:
+        head = handle.read(40)
+    if head[:9] == _MMAP_MAGIC and len(head) >= 26:
+        return struct.unpack_from("<Q", head, 18)[0]
+    if head[:8] == _CACHED_MAGIC and len(head) >= 40:
+        return struct.unpack_from("<Q", head, 32)[0]
+    return None
+
+
 def subset_size(data, subset, src, tgt):
     """The number of sentences of a binarised subset (its source side, named as fairseq's
     translation task looks for it: SUBSET.SRC-TGT.SRC, or SUBSET.TGT-SRC.SRC); None where neither
     is there (generate then names what is missing)."""
-    from fairseq.data import data_utils, indexed_dataset
-
     root = data.split(os.pathsep)[0]  # fairseq-generate reads a subset from the first shard
     for pair in (f"{src}-{tgt}", f"{tgt}-{src}"):
-        prefix = os.path.join(root, f"{subset}.{pair}.{src}")
-        if indexed_dataset.dataset_exists(prefix, impl=indexed_dataset.infer_dataset_impl(prefix)):
-            return len(data_utils.load_indexed_dataset(prefix))
+        count = dataset_sentences(os.path.join(root, f"{subset}.{pair}.{src}"))
+        if count is not None:
+            return count
     return None
 
 
