@@ -256,6 +256,18 @@ def test_learn_bpe_on_workers_is_bytewise_subword_nmts_on_one_core(bpe_text, tmp
     assert os.listdir(tmp_path) == ["codes"]  # no temporaries left
 
 
+def test_fewer_merges_than_asked_are_said_in_one_line(tmp_path, capsys):
+    """subword-nmt stops where no pair occurs --min-frequency times ("no pair has frequency >= 2",
+    lost among the preparation's logs): 233 of 300 merges on a small slice went unsaid."""
+    text = tmp_path / "train.en"
+    text.write_text("the cat sat on the mat\nthe dog sat on the log\n" * 3)
+    learned = bpe.learn_file(str(text), str(tmp_path / "codes"), 500)
+    merges = [line for line in (tmp_path / "codes").read_text().splitlines() if not line.startswith("#version")]
+    assert 0 < learned == len(merges) < 500
+    assert f"learn-bpe: warning: {learned} of 500 merges learned" in capsys.readouterr().err
+    assert bpe.learn_file(str(text), str(tmp_path / "few"), 3) == 3 and "warning" not in capsys.readouterr().err
+
+
 def test_joint_learn_bpe_is_subword_nmts_learn_joint_bpe_and_vocab(bpe_text, tmp_path):
     text, other, _ = bpe_text
     subprocess.run([_subword_nmt(), "learn-joint-bpe-and-vocab", "-s", "300", "--input", str(text), str(other),

@@ -31,6 +31,7 @@ import codecs
 import collections
 import io
 import os
+import sys
 
 from ..atomic import atomic_write
 from .streaming import default_workers, map_line_blocks, parallel_map_lines, progress
@@ -99,6 +100,18 @@ def learn_file(src, dst, symbols, workers=1, min_frequency=2):
             learn_bpe_module.learn_bpe(vocabulary, outfile, symbols, min_frequency=min_frequency, is_dict=True)
     finally:
         learn_bpe_module.tqdm = plain_tqdm
+    learned = merges_in(dst)
+    if learned < symbols:  # subword-nmt's own line ("no pair has frequency >= 2") is lost in the logs
+        print(f"learn-bpe: warning: {learned:,} of {symbols:,} merges learned: after that no pair of symbols occurs "
+              f"{min_frequency} times or more in {', '.join(paths)} (a corpus too small for this many merges: "
+              "the vocabulary is smaller than asked)", file=sys.stderr, flush=True)
+    return learned
+
+
+def merges_in(codes):
+    """The merges in a subword-nmt codes file (its '#version' header line not counted)."""
+    with open(codes, encoding="utf-8") as handle:
+        return sum(1 for line in handle if line.strip() and not line.startswith("#version"))
 
 
 def main(argv=None):
