@@ -496,6 +496,15 @@ def test_a_reference_of_another_length_than_the_subset_is_refused_before_generat
         assert exit_info.value.code == 2 and f"but the subset '{subset}' of" in err, err
     assert parse("--ref", str(tiny_corpus / "raw" / "test.en")).subset == "test"
     assert not (tmp_path / "out").exists()
+    # the test reference where valid is translated, both of one count: scored silently before
+    valid_count = len((tiny_corpus / "raw" / "valid.en").read_text().splitlines())
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "test.en").write_text("".join(f"line {i}\n" for i in range(valid_count)))
+    capsys.readouterr()
+    assert parse("--ref", str(tmp_path / "raw" / "test.en"), "--subset", "valid").subset == "valid"
+    assert "named as the 'test' subset's reference, but --subset 'valid'" in capsys.readouterr().err
+    assert parse("--ref", str(tiny_corpus / "raw" / "valid.en"), "--subset", "valid").subset == "valid"
+    assert "warning" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("impl", ["mmap", "cached", "raw"])

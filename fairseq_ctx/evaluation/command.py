@@ -324,6 +324,10 @@ def resolve(args, parser):
     if sentences is not None and sentences != lines["--ref"][1]:  # not after translating the whole subset
         parser.error(f"--ref {args.ref} has {lines['--ref'][1]} lines but the subset {args.subset!r} of {args.data} "
                      f"has {sentences} sentences: pass the reference of that subset (--subset names it)")
+    named = os.path.basename(args.ref).split(".")[0]
+    if {named, args.subset} <= set(SPLITS) and named != args.subset:  # same count: nothing else tells
+        print(f"evaluate: warning: --ref {args.ref} is named as the {named!r} subset's reference, but --subset "
+              f"{args.subset!r} is translated and scored against it", file=sys.stderr, flush=True)
     if args.strip_concat:  # only the hypotheses are stripped: a 2-to-2 reference would score context too
         from ..data.concat_context import MARKER
 
@@ -333,6 +337,10 @@ def resolve(args, parser):
                          "hypotheses; pass the sentence-level reference (the original target sentences), or "
                          "strip this one first with fairseq-ctx-strip-concat-context")
     return args
+
+
+# fairseq-preprocess's subsets, as prepare-data names their raw files (raw/<subset>.<lang>)
+SPLITS = ("train", "valid", "test")
 
 
 # the headers of fairseq's binarised indexes (fairseq/data/indexed_dataset.py), read here instead of
