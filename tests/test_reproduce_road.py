@@ -155,6 +155,23 @@ def test_data_fairseq_train_would_stop_on_is_said_before_it_starts(tiny_data_bin
     assert problem(copy, "--disable-validation").endswith(f"no dict.{src}.txt")
 
 
+def test_fairseq_ctx_train_refuses_a_model_fairseq_would_not_build_in_one_line(tiny_data_bin, tmp_path, monkeypatch):
+    """A bad model option reached fairseq-train, whose processes each stopped with a traceback;
+    now parsed and built on the meta device first (as the reproduction's preflight does)."""
+    started = []
+    monkeypatch.setattr(train.subprocess, "call", lambda cmd, **kwargs: started.append(cmd) or 0)
+    common = ["yang2019/both.args", "cpu", "--data", str(tiny_data_bin), "--save-dir", str(tmp_path / "s"),
+              "--skip-checkpoint-check"]
+    for extra in (["--context-dropout", "1.5"], ["--no-such-option"]):
+        with pytest.raises(SystemExit) as e:
+            train.main([*common, "--", *extra])
+        assert str(e.value).startswith("train: fairseq-train would stop before its first update: ")
+        assert extra[0] in str(e.value) and str(e.value).endswith("nothing was started") and started == []
+    with pytest.raises(SystemExit) as e:
+        train.main([*common, "--", "--max-update", "2", "--context-dropout", "0.1"])
+    assert e.value.code == 0 and len(started) == 1
+
+
 def test_the_papers_train_args_is_refused_as_a_row_config(tmp_path):
     """`fairseq-ctx-train iida2019/train.args` was taken as a row: the schedule without a model."""
     with pytest.raises(SystemExit) as e:

@@ -356,8 +356,7 @@ def model_build_problems(cells, log=None) -> List[str]:
         except ValueError as error:
             problems.append(f"{cell.name}: {error}")
             continue
-        if any(word == "--user-dir" and os.path.realpath(value) != os.path.realpath(train_mod.USER_DIR)
-               for word, value in zip(argv, argv[1:])):
+        if train_mod.names_another_user_dir(argv):
             other_user_dir.append(cell.name)
             continue
         # the same model whatever the training directory or rendezvous port

@@ -347,6 +347,13 @@ def data_problem(cmd):
     return f"{data}: no {missing[0]}" if missing else None
 
 
+def names_another_user_dir(argv):
+    """Whether fairseq-train's ``argv`` loads another plugin than this package (its models are then
+    not built beforehand: a second plugin cannot be imported beside this one)."""
+    return any(word == "--user-dir" and os.path.realpath(value) != os.path.realpath(USER_DIR)
+               for word, value in zip(argv, argv[1:]))
+
+
 def add_hardware_options(parser):
     """Options shared by this command and every reproduce script."""
     parser.add_argument("--launcher", choices=["spawn", "torchrun", "slurm"], default="spawn",
@@ -839,6 +846,14 @@ def main(argv=None):
     if problem:  # (a test's fairseq-train stand-in may need no data: said, not refused)
         print(f"train: warning: --data {problem}: fairseq-train will stop on it before training (prepare the data "
               "with fairseq-ctx-prepare-data, docs/experiments.md)", file=sys.stderr, flush=True)
+    elif not names_another_user_dir(fairseq_train_argv(cmd)):
+        # parsed and built as fairseq-train would (meta device, ~1 s): one line, not N processes' tracebacks
+        from .params import model_build_error
+
+        error = model_build_error(fairseq_train_argv(cmd))
+        if error:
+            sys.exit(f"train: fairseq-train would stop before its first update: {error}"
+                     + ("" if args.dry_run else "; nothing was started"))
     if args.dry_run:
         # what the real start would do first: leave a finished training alone, repair a cut-off last
         done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0))
