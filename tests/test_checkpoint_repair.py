@@ -189,7 +189,7 @@ def test_fairseq_ctx_train_repairs_before_it_starts_fairseq(tmp_path, monkeypatc
     (save_dir / "checkpoint_last.pt").write_bytes(cut)
     waits = []
     monkeypatch.setattr(train, "NODE_WAIT_S", 15)
-    monkeypatch.setattr(train.time, "sleep", waits.append)
+    monkeypatch.setattr(train, "_node_wait_sleep", waits.append)
     with pytest.raises(SystemExit):
         train.main([*common, "--launcher", "torchrun", "--nnodes", "2", "--node-rank", "1", "--master-addr", "n0"])
     assert started_with == [cut] and waits == [5, 5, 5]

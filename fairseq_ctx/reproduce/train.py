@@ -599,6 +599,7 @@ def checkpoint_warnings(words, settings=None):
 REFUSED_RESUMPTION = 3
 # how long a node other than node 0 waits for node 0 to repair a cut-off checkpoint_last.pt
 NODE_WAIT_S = 300
+_node_wait_sleep = time.sleep  # (a test replaces this one, not time.sleep for the whole process)
 # SAVE_DIR's record of every fairseq-train this command started there (a requeued job's history:
 # the command, the resumption and what changed at each start, and how each ended), one JSON line each
 STARTS_RECORD = "train_starts.jsonl"
@@ -731,7 +732,7 @@ def wait_for_node_0(save_dir, node_rank):
     leave the others waiting at the rendezvous)."""
     last, waited = os.path.join(save_dir, LAST), 0
     while node_rank > 0 and os.path.isfile(last) and not written_to_the_end(last) and waited < NODE_WAIT_S:
-        time.sleep(5)
+        _node_wait_sleep(5)
         waited += 5
 
 
