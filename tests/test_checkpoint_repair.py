@@ -3,6 +3,7 @@ replaced by the newest whole checkpoint before a training resumes, in the reprod
 fairseq-ctx-train and by hand; real fairseq-train resumes from the repaired directory."""
 import json
 import os
+import shlex
 import pathlib
 import shutil
 import subprocess
@@ -517,3 +518,25 @@ def test_an_exit_after_the_training_finished_is_taken_as_finished(tmp_path, caps
                             "--skip-checkpoint-check", "--", "--max-update", "3"])
         assert e.value.code == (0 if finished else -6)
         assert ("exited -6 after the training had finished" in capsys.readouterr().err) == finished
+
+
+def test_a_dry_run_marks_a_training_finished_without_its_record(tmp_path, capsys):
+    """A real run does not start a training whose checkpoint_last.pt is whole at --max-update (its
+    driver gone before train.json); the dry-run printed it as a training still to run."""
+    from tests.test_reproduce_road import _options
+
+    table = tables.TABLES["cao_table2"]
+    results, data = str(tmp_path / "results"), str(tmp_path / "data")
+    cell = runner.build_cells(table, table.rows[:1], _options(), results, data)[0]
+    max_update = runner.train_mod.option_int(cell.train_cmd, "--max-update", 0)
+    assert max_update > 0
+    os.makedirs(cell.checkpoint_dir)
+    _save(pathlib.Path(cell.checkpoint_dir) / "checkpoint_last.pt", max_update - 1)
+    argv = ["--dry-run", "--results", results, "--data-root", data, "--only", table.rows[0].key]
+    runner.main("cao_table2", argv)
+    assert "# finished:" not in capsys.readouterr().out
+    _save(pathlib.Path(cell.checkpoint_dir) / "checkpoint_last.pt", max_update)
+    runner.main("cao_table2", argv)
+    out = capsys.readouterr().out
+    assert f"# finished: checkpoint_last.pt at update {max_update} (--max-update)" in out
+    assert f"# done: {shlex.join(cell.train_cmd)}" in out

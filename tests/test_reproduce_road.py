@@ -5,6 +5,7 @@ checkpoints kept only as evaluation needs them, per-column training options, foo
 import glob
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -150,7 +151,10 @@ def test_data_fairseq_train_would_stop_on_is_said_before_it_starts(tiny_data_bin
         os.remove(path)
     assert ": no valid." in problem(copy)
     assert problem(copy, "--disable-validation") is None
-    src = next(name.split(".")[1].split("-")[0] for name in os.listdir(copy) if name.startswith("train."))
+    src, tgt = next(name.split(".")[1].split("-") for name in os.listdir(copy) if name.startswith("train."))
+    assert problem(copy, "--disable-validation", "-s", "fr", "-t", tgt).endswith("no dict.fr.txt")
+    os.remove(copy / f"train.{src}-{tgt}.{tgt}.bin")  # one side's .bin only
+    assert problem(copy, "--disable-validation").endswith(f"no train.{src}-{tgt}.{tgt}.idx / .bin")
     os.remove(copy / f"dict.{src}.txt")
     assert problem(copy, "--disable-validation").endswith(f"no dict.{src}.txt")
 
@@ -178,6 +182,10 @@ def test_the_papers_train_args_is_refused_as_a_row_config(tmp_path):
         train.main(["iida2019/train.args", "iida", "--data", str(tmp_path), "--save-dir", str(tmp_path / "s"),
                     "--dry-run"])
     assert "read before every row's config" in str(e.value) and "lstm_multihop.args" in str(e.value)
+    own = tmp_path / "myexp" / "train.args"  # a user's own row config of that name is theirs
+    own.parent.mkdir()
+    own.write_text((pathlib.Path(train.CONFIGS) / "iida2019" / "lstm_multihop.args").read_text())
+    train.main([str(own), "cpu", "--data", str(tmp_path), "--save-dir", str(tmp_path / "s"), "--dry-run"])
 
 
 @pytest.mark.parametrize("address", ["127.0.1.1", "127.0.0.1", "::1", "0.0.0.0", "localhost"])
@@ -310,15 +318,18 @@ def test_the_same_training_on_another_node_layout_keeps_its_directory(tmp_path):
     assert os.path.basename(os.path.dirname(os.path.dirname(eight[0]))) == "p40-8x4096x1-fp32"
     assert not set(dirs(gpus=4)) & set(eight)  # 4 GPUs x 2 accumulations: another training
 
-    # a directory named by the earlier tag (nodes x GPUs) is kept, the finished one first
+    # a directory named by the earlier tag (nodes x GPUs) is kept
     relative = [os.path.relpath(d, os.path.join(results, "p40-8x4096x1-fp32")) for d in eight]
-    for tag in ("p40-1x8x4096x1-fp32", "p40-2x4x4096x1-fp32"):
-        os.makedirs(os.path.join(results, tag, relative[0], "checkpoints"))
-    open(os.path.join(results, "p40-2x4x4096x1-fp32", relative[0], "train.json"), "w").close()
+    os.makedirs(os.path.join(results, "p40-2x4x4096x1-fp32", relative[0], "checkpoints"))
     os.makedirs(os.path.join(results, "p40-1x4x4096x1-fp32", relative[1]))  # 4 GPUs: not this batch
     kept = dirs(nnodes=2, gpus=4, launcher="torchrun", master_addr="node0")
     assert kept[0] == os.path.join(results, "p40-2x4x4096x1-fp32", relative[0])
     assert dirs() == kept and kept[1] == eight[1]
+    # two of them (trained as 2x4, resubmitted as 1x8): refused, naming both (which is further along
+    # is not guessed, and node 0's repair must not make another node pick the other one)
+    os.makedirs(os.path.join(results, "p40-1x8x4096x1-fp32", relative[0], "checkpoints"))
+    with pytest.raises(train.BatchError, match="p40-1x8x4096x1-fp32.* and .*p40-2x4x4096x1-fp32.*hold the same"):
+        dirs()
     os.makedirs(eight[0])  # the directory of the current tag, once it exists, wins
     assert dirs()[0] == eight[0]
 

@@ -185,9 +185,11 @@ def train_dir_of(results, table, row, column, hw_tag, key):
 
 def cell_train_dir(results, table, row, column, setting, hw, key, smoke=False):
     """A cell's directory. Where it does not exist yet, the directory of the same training under
-    the tag of before (named by nodes x GPUs per node: p40-2x4x4096x1-fp32 and p40-1x8x4096x1-fp32
-    for what is now p40-8x4096x1-fp32) is kept, the finished one first: its training is
-    evaluated, or resumed, instead of being done again."""
+    the tag of before (named by nodes x GPUs per node: p40-2x4x4096x1-fp32 or p40-1x8x4096x1-fp32
+    for what is now p40-8x4096x1-fp32) is kept: its training is evaluated, or resumed, instead of
+    being done again. Two of them for one cell (a job trained as 2x4, resubmitted as 1x8) are
+    refused (BatchError), naming both: which one is further along is the user's to say, and every
+    node must pick the same one before node 0's repair changes either."""
     if smoke:
         return train_dir_of(results, table, row, column, "smoke", key)
     train_dir = train_dir_of(results, table, row, column, hw.tag(setting), key)
@@ -195,8 +197,11 @@ def cell_train_dir(results, table, row, column, setting, hw, key, smoke=False):
         return train_dir
     earlier = [path for path in (train_dir_of(results, table, row, column, tag, key)
                                  for tag in hw.earlier_tags(setting, os.listdir(results))) if os.path.isdir(path)]
-    earlier.sort(key=lambda path: (not os.path.exists(os.path.join(path, "train.json")),
-                                   not os.path.exists(os.path.join(path, CHECKPOINTS, LAST))))
+    if len(earlier) > 1:
+        raise train_mod.BatchError(
+            f"{' and '.join(earlier)} hold the same training ({row.key} / {column.name}) under the directory names of "
+            f"before ({hw.tag(setting)} now names both): keep the one to go on with, move it to {train_dir}, and move "
+            "the other out of " + results)
     return earlier[0] if earlier else train_dir
 
 
@@ -830,7 +835,12 @@ def main(table_key, argv=None):
         for cell in cells:
             if cell.hw.effective is not None:
                 print(f"# {cell.name}: effective batch: {cell.hw.effective} tokens ({cell.hw.describe()})")
-            print(("# done: " if cell.trained else "") + shlex.join(cell.train_cmd), flush=True)
+            finished = None if cell.trained else finished_at(
+                cell.checkpoint_dir, train_mod.option_int(cell.train_cmd, "--max-update", 0))
+            if finished is not None:
+                print(f"# finished: checkpoint_last.pt at update {finished} (--max-update), no train.json yet: "
+                      "a real run does not train it again", flush=True)
+            print(("# done: " if cell.trained or finished is not None else "") + shlex.join(cell.train_cmd), flush=True)
             for subset in cell.subsets if options.node_rank == 0 else ():
                 print(("# done: " if cell.evaluated(subset) else "") + shlex.join(eval_command(cell, subset)), flush=True)
         if options.node_rank > 0:

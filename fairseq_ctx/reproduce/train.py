@@ -320,30 +320,36 @@ def fairseq_train_argv(cmd):
 
 
 def data_problem(cmd):
-    """The first thing fairseq-train would stop on in its data directory (the first of a
-    ':'-separated list), before its first update: the dictionaries, the training set, each
-    validation subset (fairseq_cli/train.py loads them before training); None: all there.
-    Languages as fairseq infers them (data_utils.infer_language_pair) where none is given."""
+    """The first of the files fairseq-train loads from its data directory (the first of a
+    ':'-separated list) before its first update that is not there: both dictionaries, both sides
+    of the training set and of each validation subset (fairseq_cli/train.py loads them before
+    training), as .idx and .bin (or a raw text file); None where they all are. Languages as given
+    (--source-lang / -s, --target-lang / -t), else as fairseq infers them (data_utils.
+    infer_language_pair). Not read: the files' contents (a cut-off .bin, a mismatched dictionary)."""
     argv = fairseq_train_argv(cmd)
     data = argv[0].split(os.pathsep)[0]
     if not os.path.isdir(data):
         return f"{data}: no such directory"
-    src, tgt = option_value(argv, "--source-lang"), option_value(argv, "--target-lang")
+    src = option_value(argv, "--source-lang") or option_value(argv, "-s")
+    tgt = option_value(argv, "--target-lang") or option_value(argv, "-t")
     if not (src and tgt):
         pairs = [name.split(".")[1].split("-") for name in sorted(os.listdir(data))
                  if len(name.split(".")) >= 3 and len(name.split(".")[1].split("-")) == 2]
         if not pairs:
             return f"{data}: no binarised data (<split>.<src>-<tgt>.<lang>.idx / .bin)"
         src, tgt = src or pairs[0][0], tgt or pairs[0][1]
+
+    def there(name):
+        path = os.path.join(data, name)
+        return os.path.isfile(path) or (os.path.isfile(path + ".idx") and os.path.isfile(path + ".bin"))
+
     subsets = [option_value(argv, "--train-subset") or "train"]
     if "--disable-validation" not in argv:
         subsets += (option_value(argv, "--valid-subset") or "valid").split(",")
-    need = [f"dict.{src}.txt", f"dict.{tgt}.txt"]
+    missing = [name for name in (f"dict.{src}.txt", f"dict.{tgt}.txt") if not os.path.isfile(os.path.join(data, name))]
     for subset in subsets:
-        if not any(os.path.exists(os.path.join(data, f"{subset}.{pair}.{src}.idx"))
-                   for pair in (f"{src}-{tgt}", f"{tgt}-{src}")):
-            need.append(f"{subset}.{src}-{tgt}.{src}.idx")
-    missing = [name for name in need if not os.path.exists(os.path.join(data, name))]
+        pair = next((p for p in (f"{src}-{tgt}", f"{tgt}-{src}") if there(f"{subset}.{p}.{src}")), f"{src}-{tgt}")
+        missing += [f"{subset}.{pair}.{lang}.idx / .bin" for lang in (src, tgt) if not there(f"{subset}.{pair}.{lang}")]
     return f"{data}: no {missing[0]}" if missing else None
 
 
@@ -731,7 +737,12 @@ def wait_for_node_0(save_dir, node_rank):
     deciding whether the training has finished or how it resumes (nodes deciding apart would
     leave the others waiting at the rendezvous)."""
     last, waited = os.path.join(save_dir, LAST), 0
-    while node_rank > 0 and os.path.isfile(last) and not written_to_the_end(last) and waited < NODE_WAIT_S:
+    while node_rank > 0 and os.path.isfile(last) and not written_to_the_end(last):
+        if waited >= NODE_WAIT_S:
+            print(f"train: node {node_rank}: {last} still cut off after {NODE_WAIT_S} s (node 0 repairs it): judged "
+                  "as it is; if node 0 decides otherwise, this node waits at the rendezvous", file=sys.stderr,
+                  flush=True)
+            break
         _node_wait_sleep(5)
         waited += 5
 
@@ -811,7 +822,8 @@ def main(argv=None):
     args.config = config_path(args.config)
     if not os.path.isfile(args.config):
         sys.exit(f"train: config not found: {args.config} (a path, or <paper>/<row>.args among {CONFIGS})")
-    if os.path.basename(args.config) == "train.args":
+    if os.path.basename(args.config) == "train.args" and \
+            os.path.realpath(os.path.dirname(os.path.dirname(args.config))) == os.path.realpath(CONFIGS):
         rows = sorted(name for name in os.listdir(os.path.dirname(args.config))
                       if name.endswith(".args") and name != "train.args")
         sys.exit(f"train: {args.config} is the paper's optimiser and schedule, read before every row's config; "
