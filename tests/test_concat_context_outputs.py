@@ -130,6 +130,25 @@ def test_strip_to_stdout_is_not_a_file(tmp_path, capsys):
     assert capsys.readouterr().out == "h1\nh2\n"
 
 
+def test_two_outputs_to_stdout_are_refused(tmp_path, capsys):
+    """`strip HYP REF -o - -` wrote the references after the hypotheses into one stream."""
+    hyp, ref = write(tmp_path / "hyp", ["x <CONCAT> h1"]), write(tmp_path / "ref", ["y <CONCAT> r1"])
+    status, err = strip(capsys, hyp, ref, "-o", "-", "-")
+    assert status == 1 and "only one output can be '-'" in one_error(err)
+    assert capsys.readouterr().out == ""
+
+
+def test_lines_are_split_as_the_preparation_steps_split_them(tmp_path):
+    """At "\n" only, a BOM dropped, a CRLF ending taken off: text mode split a sentence holding a
+    lone "\r" in two (its side then one line longer) and kept the BOM in the first sentence."""
+    path = tmp_path / "side"
+    path.write_bytes("\ufeffone\r\ntwo \r parts\nthree".encode("utf-8"))
+    assert concat_context.read_lines(str(path)) == ["one", "two \r parts", "three"]
+    from fairseq_ctx.data.streaming import file_lines
+
+    assert len(list(file_lines(str(path)))) == 3
+
+
 # -- 3. --doc-ids: the blank-line checks of the default mode ---------------------------------------------
 
 

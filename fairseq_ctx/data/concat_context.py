@@ -41,8 +41,14 @@ def read_lines(path: str) -> List[str]:
     if not os.path.exists(path):
         raise CorpusError(f"input file not found: {path}")
     try:
-        with open(path, encoding="utf-8") as f:
-            return [line.rstrip("\r\n") for line in f]
+        # as the preparation steps read (fairseq_ctx.data.streaming): split at "\n" only, a BOM
+        # dropped; text mode would also split at a lone "\r" inside a sentence, one side only
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            text = f.read()
+        lines = text.split("\n")
+        if lines[-1] == "":
+            lines.pop()  # the newline ending the last line
+        return [line[:-1] if line.endswith("\r") else line for line in lines]
     except UnicodeDecodeError:
         # the wording of the data-preparation steps (fairseq_ctx.data.streaming.NotUtf8Error)
         raise CorpusError(f"{path}: not valid UTF-8 (first at {_first_invalid_line(path)}): is it in another "
@@ -73,6 +79,8 @@ def check_outputs(outputs: Sequence[str], inputs: Sequence[str]) -> None:
     must be a directory (missing folders are created, as every writer here does), and no
     output may be the same file as an input or another output (by real path, or the same
     inode where both exist). ``-`` (stdout) is not a file and is not checked."""
+    if list(outputs).count("-") > 1:
+        raise CorpusError("only one output can be '-' (stdout): the others would follow it into the same stream")
     seen = {os.path.realpath(path): f"input {path}" for path in inputs if path != "-"}  # real path -> its name
     for path in outputs:
         if path == "-":
