@@ -138,15 +138,18 @@ def test_two_outputs_to_stdout_are_refused(tmp_path, capsys):
     assert capsys.readouterr().out == ""
 
 
-def test_lines_are_split_as_the_preparation_steps_split_them(tmp_path):
-    """At "\n" only, a BOM dropped, a CRLF ending taken off: text mode split a sentence holding a
-    lone "\r" in two (its side then one line longer) and kept the BOM in the first sentence."""
+def test_lines_are_split_as_the_preparation_steps_split_them(tmp_path, corpus, capsys):
+    """At "\n" only, a BOM dropped, a CRLF ending taken off (the BOM stayed in the first sentence);
+    a lone "\r" inside a sentence is refused: text mode split it in two here, one side then a line
+    longer, and fairseq-preprocess (text mode too) would split it where the tool had not."""
     path = tmp_path / "side"
-    path.write_bytes("\ufeffone\r\ntwo \r parts\nthree".encode("utf-8"))
-    assert concat_context.read_lines(str(path)) == ["one", "two \r parts", "three"]
-    from fairseq_ctx.data.streaming import file_lines
-
-    assert len(list(file_lines(str(path)))) == 3
+    path.write_bytes("\ufeffone\r\ntwo\nthree".encode("utf-8"))
+    assert concat_context.read_lines(str(path)) == ["one", "two", "three"]
+    src, tgt = corpus
+    src.write_bytes(b"a\nb \r b2\nc\n")
+    status, err = make(capsys, "--src", src, "--tgt", tgt, "--out-src", tmp_path / "o.s", "--out-tgt", tmp_path / "o.t")
+    assert status == 1 and "line 2 holds a carriage return inside the sentence" in one_error(err)
+    assert not (tmp_path / "o.s").exists()
 
 
 # -- 3. --doc-ids: the blank-line checks of the default mode ---------------------------------------------

@@ -507,6 +507,18 @@ def test_a_reference_of_another_length_than_the_subset_is_refused_before_generat
     assert "warning" not in capsys.readouterr().err
 
 
+def test_a_huffman_subsets_count_is_read_from_its_header(tmp_path):
+    """fairseq-generate loads huffman data too (--dataset-impl unset): its count was skipped."""
+    from fairseq.data.huffman.huffman_mmap_indexed_dataset import HuffmanMMapIndex
+
+    prefix = str(tmp_path / "test.zh-en.zh")
+    with HuffmanMMapIndex.writer(prefix + ".idx", 123) as writer:
+        writer.write([3, 1, 4, 1, 5], [0, 3, 4, 8, 9])
+    open(prefix + ".bin", "wb").close()
+    assert len(HuffmanMMapIndex(prefix + ".idx")) == 5
+    assert command.subset_size(str(tmp_path), "test", "zh", "en") == 5
+
+
 @pytest.mark.parametrize("impl", ["mmap", "cached", "raw"])
 def test_the_subsets_sentence_count_is_fairseqs_without_importing_fairseq(tmp_path, impl):
     """The count read from the index header equals the length fairseq's loader gives, for each

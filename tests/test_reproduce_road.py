@@ -174,6 +174,10 @@ def test_fairseq_ctx_train_refuses_a_model_fairseq_would_not_build_in_one_line(t
     with pytest.raises(SystemExit) as e:
         train.main([*common, "--", "--max-update", "2", "--context-dropout", "0.1"])
     assert e.value.code == 0 and len(started) == 1
+    # the demo's configs give no optimizer (demo.sh's train.common does): fairseq-train asserts one
+    with pytest.raises(SystemExit) as e:
+        train.main(["demo/01-transformer_context_aware.args", *common[1:], "--", "--max-update", "2"])
+    assert "no --optimizer" in str(e.value) and len(started) == 1
 
 
 def test_the_papers_train_args_is_refused_as_a_row_config(tmp_path):

@@ -41,14 +41,15 @@ def read_lines(path: str) -> List[str]:
     if not os.path.exists(path):
         raise CorpusError(f"input file not found: {path}")
     try:
-        # as the preparation steps read (fairseq_ctx.data.streaming): split at "\n" only, a BOM
-        # dropped; text mode would also split at a lone "\r" inside a sentence, one side only
+        # split at "\n" only, a BOM dropped, as the preparation steps read (fairseq_ctx.data.streaming);
+        # a "\r" left inside a sentence is refused below (text mode split it silently here, and
+        # fairseq-preprocess splits there too: the two sides' counts would differ)
         with open(path, encoding="utf-8-sig", newline="") as f:
             text = f.read()
         lines = text.split("\n")
         if lines[-1] == "":
             lines.pop()  # the newline ending the last line
-        return [line[:-1] if line.endswith("\r") else line for line in lines]
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
     except UnicodeDecodeError:
         # the wording of the data-preparation steps (fairseq_ctx.data.streaming.NotUtf8Error)
         raise CorpusError(f"{path}: not valid UTF-8 (first at {_first_invalid_line(path)}): is it in another "
@@ -56,6 +57,11 @@ def read_lines(path: str) -> List[str]:
                           "(Japanese)") from None
     except OSError as error:
         raise CorpusError(f"cannot read {path}: {error.strerror or error}") from None
+    inside = next((number for number, line in enumerate(lines, 1) if "\r" in line), None)
+    if inside is not None:  # fairseq-preprocess (text mode) would end a line there: one side longer
+        raise CorpusError(f"{path} line {inside} holds a carriage return inside the sentence, where fairseq-preprocess "
+                          "would split it in two: remove them first (tr -d '\\r'; the preparation steps do)")
+    return lines
 
 
 def _first_invalid_line(path: str) -> str:

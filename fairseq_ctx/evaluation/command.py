@@ -348,12 +348,13 @@ SPLITS = ("train", "valid", "test")
 # fairseq-generate imports fairseq again in its own process
 _MMAP_MAGIC = b"MMIDIDX\x00\x00"  # MMapIndexedDataset.Index: magic, <Q version, <B dtype code, <Q count
 _CACHED_MAGIC = b"TNTIDX\x00\x00"  # IndexedDataset (cached / lazy): magic, <Q version, <QQ code / size, <QQ count / s
+_HUFFMAN_MAGIC = b"HUFFIDX\x00\x00"  # HuffmanMMapIndex: magic, <Q version, <Q data length, <Q count
 
 
 def dataset_sentences(prefix):
     """The sentences of one side of a binarised subset, as fairseq's infer_dataset_impl finds it:
-    the lines of a raw text PREFIX, else the count in PREFIX.idx's header (mmap, or the older
-    cached / lazy format) where PREFIX.bin is there too; None otherwise (no such dataset, or a
+    the lines of a raw text PREFIX, else the count in PREFIX.idx's header (mmap, the older
+    cached / lazy format, huffman) where PREFIX.bin is there too; None otherwise (no such dataset, or a
     format not read here)."""
     if os.path.isfile(prefix):  # --dataset-impl raw: one sentence per line
         with open(prefix, "rb") as handle:
@@ -366,6 +367,8 @@ def dataset_sentences(prefix):
         return struct.unpack_from("<Q", head, 18)[0]
     if head[:8] == _CACHED_MAGIC and len(head) >= 40:
         return struct.unpack_from("<Q", head, 32)[0]
+    if head[:9] == _HUFFMAN_MAGIC and len(head) >= 33:
+        return struct.unpack_from("<Q", head, 25)[0]
     return None
 
 

@@ -131,6 +131,8 @@ def model_build_error(argv) -> Optional[str]:
         logger.setLevel(logging.CRITICAL)
     try:
         args = parse_training_args(list(argv))
+        if getattr(args, "optimizer", None) is None:  # fairseq-train's main asserts it, before any build
+            return "no --optimizer (fairseq-train: \"optimizer is required!\"): a paper's train.args gives one"
         # converted before anything is built, as fairseq-train's cli_main does
         schedule = _schedule_error(args)
         if schedule:

@@ -860,7 +860,8 @@ def main(argv=None):
         print(f"train: warning: --data {problem}: fairseq-train will stop on it before training (prepare the data "
               "with fairseq-ctx-prepare-data, docs/experiments.md)", file=sys.stderr, flush=True)
     elif not names_another_user_dir(fairseq_train_argv(cmd)):
-        # parsed and built as fairseq-train would (meta device, ~1 s): one line, not N processes' tracebacks
+        # parsed and built as fairseq-train would (meta device; ~3 s with fairseq's import): one line, not N
+        # processes' tracebacks
         from .params import model_build_error
 
         error = model_build_error(fairseq_train_argv(cmd))
