@@ -455,7 +455,7 @@ def test_another_node_waits_for_the_checkpoint_node_0_repairs_before_it_judges(t
     _checkpoint_trained_with(last, _fairseq_train_argv(tmp_path))
     whole = last.read_bytes()
     last.write_bytes(whole[:-300])  # cut off: node 0 is replacing it by a whole one
-    monkeypatch.setattr(train.time, "sleep", lambda seconds: last.write_bytes(whole))
+    monkeypatch.setattr(train, "_node_wait_sleep", lambda seconds: last.write_bytes(whole))
     monkeypatch.setattr(train.subprocess, "call", lambda *a, **k: pytest.fail("fairseq-train was started"))
     with pytest.raises(SystemExit) as refused:
         train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / "bin"), "--save-dir", str(tmp_path / "ck"),
