@@ -77,7 +77,8 @@ def test_dry_run_calls_data_prepared_only_when_the_preflight_would(tmp_path, cap
     missing: the preflight of the real run then stopped it."""
     bin_dir = tmp_path / "aspec-ja-en" / "bin"
     bin_dir.mkdir(parents=True)
-    for name in ("dict.ja.txt", "dict.en.txt", *(f"{s}.ja-en.ja.idx" for s in ("train", "valid", "lentest"))):
+    for name in ("dict.ja.txt", "dict.en.txt", *(f"{s}.ja-en.{lang}.{ext}" for s in ("train", "valid", "lentest")
+                                                  for lang in ("ja", "en") for ext in ("idx", "bin"))):
         (bin_dir / name).write_text("")
     tables.main("iida2019_table3", ["--dry-run", "--results", str(tmp_path / "r"), "--data-root", str(tmp_path)])
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("# data: "))
@@ -85,6 +86,30 @@ def test_dry_run_calls_data_prepared_only_when_the_preflight_would(tmp_path, cap
     (bin_dir / "length-subsets.tsv").write_text("lentest\t1-10\n")
     tables.main("iida2019_table3", ["--dry-run", "--results", str(tmp_path / "r"), "--data-root", str(tmp_path)])
     assert f"# data: {bin_dir} (prepared)" in capsys.readouterr().out
+
+
+def test_dry_run_calls_data_missing_without_a_bin_or_the_target_side(tmp_path, capsys):
+    """The preflight looked for the source side's .idx only: a data directory without the .bin
+    files (a copy that skipped them) or without the target side passed it, and every cell's
+    fairseq-train stopped on it after the table had started."""
+    bin_dir = tmp_path / "aspec-ja-en" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "length-subsets.tsv").write_text("lentest\t1-10\n")
+    files = ["dict.ja.txt", "dict.en.txt", *(f"{s}.ja-en.{lang}.{ext}" for s in ("train", "valid", "lentest")
+                                             for lang in ("ja", "en") for ext in ("idx", "bin"))]
+
+    def data_line(leave_out):
+        for name in files:
+            (bin_dir / name).unlink(missing_ok=True)
+            if name != leave_out:
+                (bin_dir / name).write_text("")
+        tables.main("iida2019_table3", ["--dry-run", "--results", str(tmp_path / "r"), "--data-root", str(tmp_path)])
+        return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("# data: "))
+
+    assert data_line(None) == f"# data: {bin_dir} (prepared)"
+    assert f"(missing {bin_dir / 'train.ja-en.ja.idx / .bin'}:" in data_line("train.ja-en.ja.bin")
+    assert f"(missing {bin_dir / 'valid.ja-en.en.idx / .bin'}:" in data_line("valid.ja-en.en.idx")
+    assert f"(missing {bin_dir / 'lentest.ja-en.en.idx / .bin'}:" in data_line("lentest.ja-en.en.bin")
 
 
 def _script_options(corpus):

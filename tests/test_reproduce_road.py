@@ -133,6 +133,22 @@ def test_another_papers_setting_and_a_modern_batch_sized_without_gpus_are_said(m
     assert train.setting_warnings("modern", "yang2019") == []
 
 
+def test_the_visible_gpus_are_counted_once_per_process(monkeypatch):
+    """`modern` without --gpus asked torch for the device count twice, in hardware() and in its
+    warning; the count does not change while the command runs."""
+    import torch
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: calls.append(1) or 0)
+    train._visible_gpus.cache_clear()
+    try:
+        train.hardware("modern", "yang2019")
+        train.setting_warnings("modern", "yang2019")
+        assert len(calls) == 1
+    finally:
+        train._visible_gpus.cache_clear()  # the next caller counts the real devices
+
+
 def test_data_fairseq_train_would_stop_on_is_said_before_it_starts(tiny_data_bin, tmp_path):
     """`fairseq-ctx-train --dry-run --data DIR` said nothing of a DIR without binarised data."""
     import shutil

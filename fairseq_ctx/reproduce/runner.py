@@ -33,7 +33,7 @@ import time
 from typing import Dict, List, Optional
 
 from ..atomic import atomic_write
-from ..checkpoint_repair import FAIRSEQ_DONE, LAST, finished_at, finished_before_the_exit, repair_before_resuming
+from ..checkpoint_repair import FAIRSEQ_DONE, LAST, finished_before_the_exit, repair_before_resuming
 from ..evaluation.defaults import checkpoint_choice
 from ..paths import CHECKOUT, WORK_DIR, python_env
 from ..resumptions import resumptions_in_log
@@ -90,6 +90,11 @@ class Cell:
     @property
     def trained(self):
         return os.path.exists(os.path.join(self.train_dir, "train.json"))
+
+    def finished_update(self) -> Optional[int]:
+        """The update of checkpoint_last.pt where it reached the command's --max-update (a training
+        that finished while its driver was gone, before train.json), else None."""
+        return train_mod.finished_update(self.checkpoint_dir, self.train_cmd)
 
     def evaluated(self, subset):
         return os.path.exists(self.result_path(subset))
@@ -381,14 +386,12 @@ def model_build_problems(cells, log=None) -> List[str]:
 def missing_data(cell) -> Optional[str]:
     """The first file of its prepared data a cell needs and does not find (None: all there)."""
     bin_dir, col = cell.bin_dir, cell.column
-    need = [os.path.join(bin_dir, f"dict.{col.src}.txt"), os.path.join(bin_dir, f"dict.{col.tgt}.txt")]
-    for split in ["train", "valid", *cell.subsets]:
-        need.append(os.path.join(bin_dir, f"{split}.{col.src}-{col.tgt}.{col.src}.idx"))
-    if cell.table.kind == "length":
-        need.append(os.path.join(bin_dir, "length-subsets.tsv"))
-    else:
-        need.append(os.path.join(cell.data_dir, "raw", f"{col.subset}.{col.tgt}"))
-    return next((path for path in need if not os.path.exists(path)), None)
+    subsets = list(dict.fromkeys(["train", "valid", *cell.subsets]))
+    missing = [os.path.join(bin_dir, name) for name in train_mod.missing_prepared_files(bin_dir, col.src, col.tgt, subsets)]
+    # and what the evaluation reads besides: the per-length subsets' table, or the detokenised reference
+    scored = (os.path.join(bin_dir, "length-subsets.tsv") if cell.table.kind == "length"
+              else os.path.join(cell.data_dir, "raw", f"{col.subset}.{col.tgt}"))
+    return missing[0] if missing else None if os.path.exists(scored) else scored
 
 
 def preflight(cells, options, param_counts=None) -> List[str]:
@@ -528,7 +531,7 @@ def run_cell(cell, setting, smoke, env, train_only=False):
             if repairs:  # resumed from an earlier save, or started over (this attempt's or an earlier one's)
                 record["checkpoint_repair"] = repairs
             # the other nodes judge the same file (run_follower): none starts a finished training again
-            done = finished_at(cell.checkpoint_dir, train_mod.option_int(cell.train_cmd, "--max-update", 0))
+            done = cell.finished_update()
             if done is not None:  # its driver was gone when it ended: no train.json yet
                 _say(cell, log, f"checkpoint_last.pt is at update {done} (--max-update): the training finished "
                                 "in an earlier attempt; not started again")
@@ -640,7 +643,7 @@ def run_follower(cells, node_rank):
         # as node 0 judges it after its repair: a training that finished in an earlier attempt
         # (its driver gone before train.json) is not started again; node 0 does not start it either
         train_mod.wait_for_node_0(cell.checkpoint_dir, node_rank)
-        done = finished_at(cell.checkpoint_dir, train_mod.option_int(cell.train_cmd, "--max-update", 0))
+        done = cell.finished_update()
         if done is not None:
             print(f"node {node_rank}: {cell.name}: checkpoint_last.pt is at update {done} (--max-update): finished "
                   "in an earlier attempt; not started again", flush=True)
@@ -835,8 +838,7 @@ def main(table_key, argv=None):
         for cell in cells:
             if cell.hw.effective is not None:
                 print(f"# {cell.name}: effective batch: {cell.hw.effective} tokens ({cell.hw.describe()})")
-            finished = None if cell.trained else finished_at(
-                cell.checkpoint_dir, train_mod.option_int(cell.train_cmd, "--max-update", 0))
+            finished = None if cell.trained else cell.finished_update()
             if finished is not None:
                 print(f"# finished: checkpoint_last.pt at update {finished} (--max-update), no train.json yet: "
                       "a real run does not train it again", flush=True)

@@ -31,6 +31,7 @@ an ``srun`` line for fairseq's own SLURM support (one task per GPU, --distribute
 """
 import argparse
 import datetime
+import functools
 import ipaddress
 import json
 import math
@@ -202,6 +203,7 @@ def hardware_args(hw):
     return args + (["--bf16"] if hw.precision == "bf16" else [])
 
 
+@functools.lru_cache(maxsize=None)  # asked by the setting and by its warnings: torch is imported once
 def _visible_gpus():
     try:
         import torch
@@ -339,18 +341,26 @@ def data_problem(cmd):
             return f"{data}: no binarised data (<split>.<src>-<tgt>.<lang>.idx / .bin)"
         src, tgt = src or pairs[0][0], tgt or pairs[0][1]
 
+    subsets = [option_value(argv, "--train-subset") or "train"]
+    if "--disable-validation" not in argv:
+        subsets += (option_value(argv, "--valid-subset") or "valid").split(",")
+    missing = missing_prepared_files(data, src, tgt, subsets)
+    return f"{data}: no {missing[0]}" if missing else None
+
+
+def missing_prepared_files(data, src, tgt, subsets):
+    """What fairseq's translation task loads from the prepared directory ``data`` for ``subsets``
+    and does not find there, in the order it loads them: both dictionaries, then each subset's two
+    sides (.idx and .bin, or a raw text file; the pair's name in either language order)."""
     def there(name):
         path = os.path.join(data, name)
         return os.path.isfile(path) or (os.path.isfile(path + ".idx") and os.path.isfile(path + ".bin"))
 
-    subsets = [option_value(argv, "--train-subset") or "train"]
-    if "--disable-validation" not in argv:
-        subsets += (option_value(argv, "--valid-subset") or "valid").split(",")
     missing = [name for name in (f"dict.{src}.txt", f"dict.{tgt}.txt") if not os.path.isfile(os.path.join(data, name))]
     for subset in subsets:
         pair = next((p for p in (f"{src}-{tgt}", f"{tgt}-{src}") if there(f"{subset}.{p}.{src}")), f"{src}-{tgt}")
         missing += [f"{subset}.{pair}.{lang}.idx / .bin" for lang in (src, tgt) if not there(f"{subset}.{pair}.{lang}")]
-    return f"{data}: no {missing[0]}" if missing else None
+    return missing
 
 
 def names_another_user_dir(argv):
@@ -714,7 +724,7 @@ def _train_recorded(args, cmd, world, resumed):
     try:
         # python_env: torchrun's `-m` workers would import a fairseq_ctx in the working directory
         raw = subprocess.call(cmd, pass_fds=held_fds(args.save_dir), env=python_env())
-        done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0)) if raw and args.nnodes == 1 else None
+        done = finished_update(args.save_dir, cmd) if raw and args.nnodes == 1 else None
         if done is not None:  # it was not finished before this start: an exit at shutdown, after the last save
             print(f"train: fairseq-train exited {raw} after the training had finished ({args.save_dir}/"
                   f"checkpoint_last.pt whole at update {done}, --max-update): taken as finished; see "
@@ -729,6 +739,12 @@ def _train_recorded(args, cmd, world, resumed):
     finally:
         if handled and signal.getsignal(signal.SIGTERM) is on_signal:  # not someone else's, set meanwhile
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def finished_update(save_dir, cmd):
+    """The update of SAVE_DIR/checkpoint_last.pt where it is whole and at the --max-update of
+    fairseq-train ``cmd`` (a finished training), else None."""
+    return finished_at(save_dir, option_int(cmd, "--max-update", 0))
 
 
 def wait_for_node_0(save_dir, node_rank):
@@ -855,22 +871,23 @@ def main(argv=None):
         print(f"train: the cpu setting: --max-tokens {CPU_MAX_TOKENS} x {hw.world} process(es) (no batch given "
               "after '--' or in the config)", flush=True)
     print(shlex.join(cmd), flush=True)
+    train_argv = fairseq_train_argv(cmd)
     problem = data_problem(cmd)
     if problem:  # (a test's fairseq-train stand-in may need no data: said, not refused)
         print(f"train: warning: --data {problem}: fairseq-train will stop on it before training (prepare the data "
               "with fairseq-ctx-prepare-data, docs/experiments.md)", file=sys.stderr, flush=True)
-    elif not names_another_user_dir(fairseq_train_argv(cmd)):
+    elif not names_another_user_dir(train_argv):
         # parsed and built as fairseq-train would (meta device; ~3 s with fairseq's import): one line, not N
         # processes' tracebacks
         from .params import model_build_error
 
-        error = model_build_error(fairseq_train_argv(cmd))
+        error = model_build_error(train_argv)
         if error:
             sys.exit(f"train: fairseq-train would stop before its first update: {error}"
                      + ("" if args.dry_run else "; nothing was started"))
     if args.dry_run:
         # what the real start would do first: leave a finished training alone, repair a cut-off last
-        done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0))
+        done = finished_update(args.save_dir, cmd)
         last = os.path.join(args.save_dir, LAST)
         if done is not None:
             print(f"train: {last} is at update {done} (--max-update): a real start would not train again",
@@ -893,7 +910,7 @@ def main(argv=None):
     # every node, on the same whole file: with several nodes too, a relaunched finished training
     # (a requeued job) would take one more update and overwrite checkpoint_last / _best
     wait_for_node_0(args.save_dir, args.node_rank)
-    done = finished_at(args.save_dir, option_int(cmd, "--max-update", 0))
+    done = finished_update(args.save_dir, cmd)
     if done is not None:  # fairseq-train would take one more update and overwrite the checkpoints
         print(f"train: {args.save_dir}/checkpoint_last.pt is at update {done} (--max-update): the training has "
               "finished; not started again", file=sys.stderr, flush=True)
