@@ -258,7 +258,7 @@ def test_strip_concat_refuses_a_2to2_reference_before_anything_is_generated(file
     assert command.parse([*base, "--strip-concat"]).strip_concat
 
 
-def _evaluate_with(monkeypatch, files, generated, *options):
+def _evaluate_with(monkeypatch, files, generated, *options, ref=b"first\nsecond\n"):
     """command.run with fairseq-generate replaced by ``generated`` (its output, or an exception)."""
     from fairseq_ctx.evaluation import generate
 
@@ -268,9 +268,31 @@ def _evaluate_with(monkeypatch, files, generated, *options):
         return generated
 
     monkeypatch.setattr(generate, "generate", fake)
-    (files / "ref").write_text("first\nsecond\n")
+    (files / "ref").write_bytes(ref)
     (files / "src").write_text("a\nb\n")
     return command.run(_parse(files, *options, checkpoint=("--path",)))
+
+
+def test_a_reference_with_a_bom_or_crlf_line_ends_is_scored_as_its_text(files, monkeypatch):
+    """Read in text mode, a UTF-8 BOM stayed on the first reference sentence: its first word no longer
+    matched the hypothesis's, and the score dropped without a word."""
+    generated = "H-0\t-0.1\tthe first one here\nH-1\t-0.5\tand the second one\n"
+    text = b"the first one here\nand the second one\n"
+    assert _evaluate_with(monkeypatch, files, generated, ref=text)["sacrebleu"]["bleu"] == 100.0
+    for ref in (b"\xef\xbb\xbf" + text, text.replace(b"\n", b"\r\n"), b"\xef\xbb\xbf" + text.replace(b"\n", b"\r\n")[:-2]):
+        assert _evaluate_with(monkeypatch, files, generated, ref=ref)["sacrebleu"]["bleu"] == 100.0, ref
+
+
+def test_a_carriage_return_inside_a_reference_sentence_is_one_line_before_anything_is_generated(files, capsys):
+    """Text mode split the line there: one reference more than the subset's sentences (refused
+    by the count, naming neither the line nor the cause), or, where the subset had been binarised
+    from that same file, every later sentence scored against its own reference but with no word
+    of the split."""
+    (files / "ref").write_bytes(b"first\rhalf\nsecond\n")
+    line = _fails(capsys, ["--data", str(files / "bin"), "--path", str(files / "ckpt.pt"), "--src", "en", "--tgt",
+                           "de", "--ref", str(files / "ref"), "--out-dir", str(files / "out")])
+    assert "--ref" in line and "line 1 holds a carriage return" in line, line
+    assert not (files / "out").exists()
 
 
 def _folder(path):
@@ -411,6 +433,12 @@ def test_stock_transformer_cli_roundtrip_then_evaluate_every_sentence(cli_roundt
     assert f"({scored['sacrebleu']['signature']})" in printed and f"{TINY_TEST_SENTENCES} sentences" in printed
     with open(out / "hyp.detok.en", encoding="utf-8") as handle:
         assert len(handle.read().splitlines()) == TINY_TEST_SENTENCES
+    # the reverse direction: refused in one line from the real checkpoint, nothing generated
+    line = _fails(capsys, ["--data", str(tiny_corpus / "bin"), "--save-dir", str(tmp_path / "checkpoints"), "--src",
+                           "en", "--tgt", "zh", "--ref", str(tiny_corpus / "raw" / "test.zh"), "--out-dir",
+                           str(tmp_path / "reverse")])
+    assert "was trained zh -> en (inferred by fairseq from its training data" in line, line
+    assert not (tmp_path / "reverse").exists()
 
 
 def test_too_few_checkpoints_to_average_is_one_message(files):
@@ -551,3 +579,75 @@ def test_the_subsets_sentence_count_is_fairseqs_without_importing_fairseq(tmp_pa
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env=dict(os.environ, FAIRSEQ_CTX_NO_MODELS="1"), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def _checkpoint(path, task, args=None):
+    """A zip-format checkpoint as fairseq saves one: cfg as plain containers, tensors, and objects
+    of other classes (here a fairseq meter) in extra_state."""
+    import torch
+    from fairseq.logging.meters import AverageMeter
+
+    state = {"args": args, "cfg": None if task is None else {"task": task, "model": {"_name": "transformer"}},
+             "model": {"encoder.w": torch.zeros(3)}, "optimizer_history": [{"num_updates": 7}],
+             "extra_state": {"metrics": {"train": AverageMeter()}}}
+    torch.save(state, path)
+    return str(path)
+
+
+def test_the_trained_direction_is_read_from_the_checkpoint_without_torch_or_fairseq(tmp_path):
+    """The cfg's languages where named; else those fairseq inferred from the training data (where
+    that directory is here); else the evaluation data's, marked as a guess; nothing imported."""
+    import argparse
+    import subprocess
+    import sys
+
+    from fairseq_ctx.evaluation.direction import trained_direction
+
+    train_data, eval_data = tmp_path / "train-bin", tmp_path / "eval-bin"
+    for folder, pair in ((train_data, "de-en"), (eval_data, "en-fr")):
+        folder.mkdir()
+        (folder / f"train.{pair}.{pair[:2]}.idx").write_text("")
+    named = _checkpoint(tmp_path / "named.pt", {"source_lang": "en", "target_lang": "de", "data": str(train_data)})
+    assert trained_direction(named)[:2] == ("en", "de") and not trained_direction(named).guessed
+    inferred = _checkpoint(tmp_path / "inferred.pt", {"source_lang": None, "target_lang": None,
+                                                     "data": f"{train_data}:{tmp_path / 'more'}"})
+    assert trained_direction(inferred, str(eval_data))[:2] == ("de", "en")
+    assert "inferred by fairseq from its training data" in trained_direction(inferred).whence
+    elsewhere = _checkpoint(tmp_path / "elsewhere.pt", {"source_lang": None, "target_lang": None,
+                                                       "data": "/cluster/data/bin"})
+    guess = trained_direction(elsewhere, str(eval_data))
+    assert guess[:2] == ("en", "fr") and guess.guessed and trained_direction(elsewhere) is None
+    legacy = _checkpoint(tmp_path / "legacy.pt", None, args=argparse.Namespace(source_lang="fr", target_lang="en"))
+    assert trained_direction(legacy)[:2] == ("fr", "en")
+    (tmp_path / "text.pt").write_text("not a checkpoint")
+    assert trained_direction(str(tmp_path / "text.pt"), str(eval_data)) is None
+    probe = ("import sys; from fairseq_ctx.evaluation.direction import trained_direction; "
+             f"assert trained_direction({inferred!r})[:2] == ('de', 'en'); "
+             "assert not {'torch', 'fairseq', 'numpy'} & set(sys.modules), 'imported'")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=dict(os.environ, FAIRSEQ_CTX_NO_MODELS="1"), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_the_reverse_of_the_trained_direction_is_refused_before_generating(files, capsys):
+    """With a joined dictionary, a zh -> en checkpoint evaluated with --src en --tgt zh translated
+    without a word and scored like a bad model; another pair, or a direction only guessed from the
+    evaluation's data, is said and evaluated."""
+    checkpoint = _checkpoint(files / "ckpt.pt", {"source_lang": "de", "target_lang": "en", "data": "/elsewhere"})
+    base = ["--data", str(files / "bin"), "--path", checkpoint, "--ref", str(files / "ref"), "--out-dir",
+            str(files / "out")]
+    line = _fails(capsys, [*base, "--src", "en", "--tgt", "de"])
+    assert "ckpt.pt was trained de -> en (named in its training options); pass --src de --tgt en" in line, line
+    command.parse([*base, "--src", "de", "--tgt", "en"])
+    assert capsys.readouterr().err == ""
+    command.parse([*base, "--src", "fr", "--tgt", "en"])
+    assert "warning: --src fr --tgt en, but" in capsys.readouterr().err
+    _checkpoint(files / "ckpt.pt", {"source_lang": None, "target_lang": None, "data": "/elsewhere"})
+    (files / "bin" / "test.de-en.de.idx").write_text("")
+    command.parse([*base, "--src", "en", "--tgt", "de"])  # a guess: said, not refused
+    assert "was trained de -> en (as fairseq infers them from" in capsys.readouterr().err
+    # --save-dir: the paper's checkpoint file there, else any
+    _checkpoint(files / "ckpts" / "checkpoint_3_100.pt", {"source_lang": "de", "target_lang": "en", "data": ""})
+    line = _fails(capsys, ["--data", str(files / "bin"), "--save-dir", str(files / "ckpts"), "--ref",
+                           str(files / "ref"), "--out-dir", str(files / "out"), "--src", "en", "--tgt", "de"])
+    assert "checkpoint_3_100.pt was trained de -> en" in line, line

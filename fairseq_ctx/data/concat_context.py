@@ -26,6 +26,7 @@ import sys
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from ..atomic import atomic_path, atomic_write_lines
+from .streaming import CarriageReturnInside, lines_of
 
 MARKER = "<CONCAT>"
 
@@ -41,27 +42,19 @@ def read_lines(path: str) -> List[str]:
     if not os.path.exists(path):
         raise CorpusError(f"input file not found: {path}")
     try:
-        # split at "\n" only, a BOM dropped, as the preparation steps read (fairseq_ctx.data.streaming);
-        # a "\r" left inside a sentence is refused below (text mode split it silently here, and
-        # fairseq-preprocess splits there too: the two sides' counts would differ)
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            text = f.read()
-        lines = text.split("\n")
-        if lines[-1] == "":
-            lines.pop()  # the newline ending the last line
-        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+        # split at "\n" only, a BOM dropped, as the preparation steps read; a "\r" left inside a
+        # sentence is refused (text mode split it silently here, and fairseq-preprocess splits
+        # there too: the two sides' counts would differ)
+        return lines_of(path)
     except UnicodeDecodeError:
         # the wording of the data-preparation steps (fairseq_ctx.data.streaming.NotUtf8Error)
         raise CorpusError(f"{path}: not valid UTF-8 (first at {_first_invalid_line(path)}): is it in another "
                           "encoding? Convert it first, e.g. iconv -f GB18030 -t UTF-8 (Chinese) or -f SHIFT_JIS "
                           "(Japanese)") from None
+    except CarriageReturnInside as error:
+        raise CorpusError(str(error)) from None
     except OSError as error:
         raise CorpusError(f"cannot read {path}: {error.strerror or error}") from None
-    inside = next((number for number, line in enumerate(lines, 1) if "\r" in line), None)
-    if inside is not None:  # fairseq-preprocess (text mode) would end a line there: one side longer
-        raise CorpusError(f"{path} line {inside} holds a carriage return inside the sentence, where fairseq-preprocess "
-                          "would split it in two: remove them first (tr -d '\\r'; the preparation steps do)")
-    return lines
 
 
 def _first_invalid_line(path: str) -> str:

@@ -21,7 +21,7 @@ import re
 import signal
 import sys
 import threading
-from typing import BinaryIO, Callable, Iterable, Iterator, Optional, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional, Sequence
 
 from ..atomic import atomic_write
 
@@ -106,6 +106,29 @@ def _text_lines(raw: BinaryIO, name: str = "input") -> Iterator[str]:
     if invalid:
         print(f"warning: {name}: {invalid} of {lines_read} lines hold invalid UTF-8 bytes, replaced "
               f"by U+FFFD (first: line {first_invalid})", file=sys.stderr)
+
+
+class CarriageReturnInside(ValueError):
+    """A lone "\r" inside a line of a file read whole."""
+
+
+def lines_of(path: str) -> List[str]:
+    """A whole (small) UTF-8 text file's lines: split at "\n", a BOM dropped, a CRLF's "\r" taken
+    off each line end. For references, hypotheses, sources and parallel files read whole. A lone
+    "\r" inside a line is refused (CarriageReturnInside): fairseq-preprocess (text mode) splits a
+    line there, files split at "\n" do not, so which sentence it belongs to is not known; invalid
+    UTF-8 raises UnicodeDecodeError."""
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        lines = handle.read().split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the newline ending the last line (or an empty file)
+    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    inside = next((number for number, line in enumerate(lines, 1) if "\r" in line), None)
+    if inside is not None:
+        raise CarriageReturnInside(f"{path} line {inside} holds a carriage return inside the sentence, where "
+                                   "fairseq-preprocess would split it in two: remove them first (tr -d '\\r'; "
+                                   "the preparation steps do)")
+    return lines
 
 
 def file_lines(path: str) -> Iterator[str]:

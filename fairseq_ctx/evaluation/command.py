@@ -41,15 +41,11 @@ import sys
 import tempfile
 
 from ..atomic import atomic_write
+from ..data.streaming import CarriageReturnInside, lines_of
 from .defaults import DEFAULT_PAPER, PAPER_DEFAULTS, defaults_table
 
 # the settings --paper decides; each option's default (None) means "the paper's"
 PAPER_OPTIONS = ("beam", "lenpen", "average_last", "max_len_a", "max_len_b", "compound_split")
-
-
-def read_lines(path):
-    with open(path, encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in handle]
 
 
 def strip_concat(lines):
@@ -135,7 +131,7 @@ def _evaluate_into(args, staging, extra_env):
         if not os.path.exists(checkpoint):
             raise SystemExit(f"evaluate: {checkpoint} not found (--paper {args.paper} evaluates {args.checkpoint}; "
                              "pass --path for another checkpoint)")
-    references = read_lines(args.ref)
+    references = lines_of(args.ref)
     extra = ["--lenpen", str(args.lenpen), "--max-len-a", str(args.max_len_a), "--max-len-b", str(args.max_len_b)]
     if args.remove_bpe:
         extra += ["--remove-bpe", args.remove_bpe]  # overrides generate's default "@@ "
@@ -157,13 +153,13 @@ def _evaluate_into(args, staging, extra_env):
     with atomic_write(os.path.join(staging, f"hyp.detok.{args.tgt}")) as handle:
         handle.writelines(h + "\n" for h in hypotheses)
     if args.baseline_hyp:
-        baseline = read_lines(args.baseline_hyp)
+        baseline = lines_of(args.baseline_hyp)
         result["bootstrap"] = scoring.paired_bootstrap(baseline, hypotheses, references, args.tgt,
                                                        samples=args.bootstrap_samples, tokenized=True,
                                                        compound=compound)
     if args.length_buckets:
         tok = tokenizer(args.src)
-        lengths = [len(tok(line).split()) for line in read_lines(args.source)]
+        lengths = [len(tok(line).split()) for line in lines_of(args.source)]
         rows = scoring.bleu_by_length(lengths, hypotheses, references, args.tgt, width=args.bucket_width,
                                       compound=compound)
         result["length_buckets"] = rows
@@ -312,10 +308,12 @@ def resolve(args, parser):
                          ("--source", args.source if args.length_buckets else None)):
         if path:
             try:
-                lines[option] = (path, len(read_lines(path)))
+                lines[option] = (path, len(lines_of(path)))
             except UnicodeDecodeError as error:
                 parser.error(f"{option} {path} is not valid UTF-8 ({error.reason} at byte {error.start}): "
                              "convert it first (e.g. iconv)")
+            except CarriageReturnInside as error:
+                parser.error(f"{option} {error}")
     for option, (path, count) in lines.items():
         if count != lines["--ref"][1]:
             parser.error(f"{option} {path} has {count} lines but --ref {args.ref} has {lines['--ref'][1]}: "
@@ -328,15 +326,37 @@ def resolve(args, parser):
     if {named, args.subset} <= set(SPLITS) and named != args.subset:  # same count: nothing else tells
         print(f"evaluate: warning: --ref {args.ref} is named as the {named!r} subset's reference, but --subset "
               f"{args.subset!r} is translated and scored against it", file=sys.stderr, flush=True)
+    check_direction(args, parser)
     if args.strip_concat:  # only the hypotheses are stripped: a 2-to-2 reference would score context too
         from ..data.concat_context import MARKER
 
-        with_marker = next((i for i, line in enumerate(read_lines(args.ref), 1) if MARKER in line), None)
+        with_marker = next((i for i, line in enumerate(lines_of(args.ref), 1) if MARKER in line), None)
         if with_marker is not None:
             parser.error(f"--ref {args.ref} line {with_marker} contains {MARKER}: --strip-concat strips only the "
                          "hypotheses; pass the sentence-level reference (the original target sentences), or "
                          "strip this one first with fairseq-ctx-strip-concat-context")
     return args
+
+
+def check_direction(args, parser):
+    """--src / --tgt against the direction the checkpoint was trained in: the reverse is refused
+    (with a joined dictionary fairseq-generate runs it and it scores like a bad model), other
+    languages are said. The checkpoint read: --path, else the paper's file in --save-dir, else the
+    first checkpoint there (an average of the last N is one training's)."""
+    from .direction import trained_direction
+
+    candidates = [args.path] if args.path else [os.path.join(args.save_dir, args.checkpoint),
+                                                *sorted(glob.glob(os.path.join(glob.escape(args.save_dir), "*.pt")))]
+    checkpoint = next((path for path in candidates if os.path.isfile(path)), None)
+    trained = trained_direction(checkpoint, args.data) if checkpoint else None
+    if trained is None or (args.src, args.tgt) == trained[:2]:
+        return
+    src, tgt, whence, guessed = trained
+    if (args.tgt, args.src) == (src, tgt) and not guessed:
+        parser.error(f"--src {args.src} --tgt {args.tgt}: {checkpoint} was trained {src} -> {tgt} ({whence}); "
+                     f"pass --src {src} --tgt {tgt} (and the {tgt} reference)")
+    print(f"evaluate: warning: --src {args.src} --tgt {args.tgt}, but {checkpoint} was trained {src} -> {tgt} "
+          f"({whence})", file=sys.stderr, flush=True)
 
 
 # fairseq-preprocess's subsets, as prepare-data names their raw files (raw/<subset>.<lang>)

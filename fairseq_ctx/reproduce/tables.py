@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ..data.corpora import CWMT_PART_NAMES
+from ..data.streaming import lines_of
 from ..evaluation.defaults import PAPER_DEFAULTS, EvalSettings
 from . import paper_tables  # the papers' own numbers and marks, as printed
 
@@ -326,11 +327,6 @@ def _paper_params(table, row):
     return " / ".join(printed) or row.paper.get("# Para.", row.paper.get("Parameter", ""))
 
 
-def _read_lines(path):
-    with open(path, encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in handle]
-
-
 def significance(cell, baseline_cell, subset=None):
     """Paired bootstrap of a cell against its baseline cell (None if either is missing)."""
     from ..evaluation.scoring import compound_flag, paired_bootstrap
@@ -344,7 +340,7 @@ def significance(cell, baseline_cell, subset=None):
     from .runner import raw_path
 
     ref = raw_path(cell, subset, column.tgt)
-    return paired_bootstrap(_read_lines(base), _read_lines(hyp), _read_lines(ref), column.tgt, tokenized=True,
+    return paired_bootstrap(lines_of(base), lines_of(hyp), lines_of(ref), column.tgt, tokenized=True,
                             compound=compound_flag(cell.table.evaluation.compound_split))
 
 

@@ -1,0 +1,102 @@
+"""The language direction a fairseq checkpoint was trained in, read without torch or fairseq.
+
+fairseq-generate translates in whatever direction --source-lang / --target-lang name. With a
+joined dictionary (Iida's sentencepiece, WMT14 En-De's joint BPE, the demo's) a checkpoint
+trained zh->en, asked for en->zh, runs without an error and scores like a bad model. The
+evaluation compares the direction it is asked for with the checkpoint's before generating.
+
+Only the checkpoint's pickle (archive/data.pkl, tens of KB) is read: the tensors are never
+loaded, and every class other than plain containers is read as an empty stand-in, so that
+nothing in the file is executed and neither torch nor fairseq is imported (~5 s saved).
+"""
+import argparse
+import os
+import pickle
+import zipfile
+from typing import NamedTuple, Optional, Tuple
+
+# what the stored cfg is made of (fairseq saves it as plain containers; older ones: args, a Namespace)
+_PLAIN = {("collections", "OrderedDict"), ("builtins", "dict"), ("builtins", "list"), ("builtins", "tuple"),
+          ("builtins", "set"), ("argparse", "Namespace")}
+
+
+class _StandIn:
+    """Any other object in the pickle (tensors, meters, numpy values): nothing kept."""
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        pass
+
+
+class _CfgUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) in _PLAIN:
+            return super().find_class(module, name)
+        return type(name, (_StandIn,), {})
+
+    def persistent_load(self, pid):  # a tensor's storage: not read
+        return None
+
+
+def stored_task(checkpoint) -> Optional[dict]:
+    """The task options a fairseq checkpoint was trained with ({"source_lang", "target_lang",
+    "data", ...}), or None where the file is not a zip-format checkpoint holding them."""
+    try:
+        with zipfile.ZipFile(checkpoint) as archive:
+            name = next((n for n in archive.namelist() if n.endswith("/data.pkl")), None)
+            if name is None:
+                return None
+            with archive.open(name) as handle:
+                state = _CfgUnpickler(handle).load()
+    except Exception:  # noqa: BLE001  (unreadable or another format: nothing to compare)
+        return None
+    if not isinstance(state, dict):
+        return None
+    cfg = state.get("cfg")
+    if isinstance(cfg, dict) and isinstance(cfg.get("task"), dict):
+        return cfg["task"]
+    args = state.get("args")
+    return vars(args) if isinstance(args, argparse.Namespace) else None
+
+
+def language_pair_of(data_dir) -> Optional[Tuple[str, str]]:
+    """The pair fairseq's translation task infers from a data directory's file names
+    (<split>.<src>-<tgt>.<lang>: data_utils.infer_language_pair), where the directory holds one."""
+    try:
+        names = os.listdir(data_dir)
+    except OSError:
+        return None
+    pairs = {tuple(parts[1].split("-")) for parts in (name.split(".") for name in names)
+             if len(parts) >= 3 and len(parts[1].split("-")) == 2}
+    return pairs.pop() if len(pairs) == 1 else None
+
+
+class Direction(NamedTuple):
+    src: str
+    tgt: str
+    whence: str  # where it was read, for a message
+    guessed: bool  # read from the evaluation's data directory, not from the training's
+
+
+def trained_direction(checkpoint, data=None) -> Optional[Direction]:
+    """The direction ``checkpoint`` was trained in: the languages its cfg names, else those fairseq
+    inferred from its training data directory (where it is on this machine), else those of
+    ``data`` (the evaluation's, read the same way: a guess); None where none is known."""
+    task = stored_task(checkpoint)
+    if task is None:
+        return None
+    src, tgt = task.get("source_lang"), task.get("target_lang")
+    if src and tgt:
+        return Direction(src, tgt, "named in its training options", False)
+    trained_on = str(task.get("data") or "").split(os.pathsep)[0]
+    pair = language_pair_of(trained_on) if trained_on else None
+    if pair:
+        return Direction(*pair, f"inferred by fairseq from its training data {trained_on}", False)
+    pair = language_pair_of(data) if data else None
+    return Direction(*pair, f"as fairseq infers them from {data}; its training data {trained_on or '?'} is not "
+                     "here", True) if pair else None
