@@ -149,7 +149,7 @@ def test_the_visible_gpus_are_counted_once_per_process(monkeypatch):
         train._visible_gpus.cache_clear()  # the next caller counts the real devices
 
 
-def test_data_fairseq_train_would_stop_on_is_said_before_it_starts(tiny_data_bin, tmp_path):
+def test_data_fairseq_train_would_stop_on_is_said_before_it_starts(tiny_data_bin, tmp_path, capsys):
     """`fairseq-ctx-train --dry-run --data DIR` said nothing of a DIR without binarised data."""
     import shutil
 
@@ -173,6 +173,23 @@ def test_data_fairseq_train_would_stop_on_is_said_before_it_starts(tiny_data_bin
     assert problem(copy, "--disable-validation").endswith(f"no train.{src}-{tgt}.{tgt}.idx / .bin")
     os.remove(copy / f"dict.{src}.txt")
     assert problem(copy, "--disable-validation").endswith(f"no dict.{src}.txt")
+    # both directions binarised into one directory: fairseq infers whichever it lists first
+    both = tmp_path / "both"
+    shutil.copytree(tiny_data_bin, both)
+    for path in glob.glob(str(both / f"*.{src}-{tgt}.*")):
+        shutil.copy(path, path.replace(f".{src}-{tgt}.", f".{tgt}-{src}."))
+    assert problem(both) is None
+
+    def pair_warning(*extra):
+        return train.language_pair_warning(train.build_command(config, "cpu", str(both), "SAVE", extra=list(extra)))
+
+    said = pair_warning()
+    assert f"2 language pairs ({'-'.join(sorted([src, tgt]))}, " in said and "pass --source-lang" in said, said
+    assert pair_warning("-s", src, "--target-lang", tgt) is None
+    assert pair_warning("-s", src) is not None  # fairseq infers both when one is missing
+    assert train.language_pair_warning(train.build_command(config, "cpu", str(tiny_data_bin), "SAVE")) is None
+    train.main([config, "cpu", "--data", str(both), "--save-dir", str(tmp_path / "s"), "--dry-run"])
+    assert "train: warning: " + said in capsys.readouterr().err
 
 
 def test_fairseq_ctx_train_refuses_a_model_fairseq_would_not_build_in_one_line(tiny_data_bin, tmp_path, monkeypatch):
@@ -473,6 +490,28 @@ def test_preflight_estimates_checkpoint_disk_before_training(tmp_path):
     assert any("checkpoints need about" in p and "GiB free" in p for p in problems)
     assert any("GPU(s) per node needed by the p40 setting" in p for p in problems)  # no GPU here
     assert sum("missing" in p for p in problems) == 2  # one per data directory, not one per cell
+
+
+def test_preflight_refuses_a_data_directory_holding_both_directions(tmp_path):
+    """The tables' training commands name no languages: fairseq infers them from the first file it
+    lists, so a directory into which both directions were binarised trained either."""
+    table = tables.TABLES["yang2019_table2"]
+    cells = runner.build_cells(table, table.rows, _options(), str(tmp_path / "r"), str(tmp_path))
+    bin_dir = cells[0].bin_dir
+    os.makedirs(bin_dir)
+    src, tgt = cells[0].column.src, cells[0].column.tgt
+    for split in ("train", "valid", *cells[0].subsets):
+        for lang in (src, tgt):
+            for ext in ("idx", "bin"):
+                open(os.path.join(bin_dir, f"{split}.{src}-{tgt}.{lang}.{ext}"), "w").close()
+    for lang in (src, tgt):
+        open(os.path.join(bin_dir, f"dict.{lang}.txt"), "w").close()
+    options = _options(results=str(tmp_path / "r"), setting="cpu")
+    mine = [c for c in cells if c.bin_dir == bin_dir]
+    assert not [p for p in runner.preflight(mine, options) if "language pairs" in p]
+    open(os.path.join(bin_dir, f"train.{tgt}-{src}.{tgt}.idx"), "w").close()
+    said = [p for p in runner.preflight(mine, options) if "language pairs" in p]
+    assert len(said) == 1 and f"holds files of 2 language pairs" in said[0] and f"{src}-{tgt} alone" in said[0], said
 
 
 # -- a training directory holds exactly one training ------------------------------------------------

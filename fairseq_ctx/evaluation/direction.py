@@ -64,16 +64,23 @@ def stored_task(checkpoint) -> Optional[dict]:
     return vars(args) if isinstance(args, argparse.Namespace) else None
 
 
-def language_pair_of(data_dir) -> Optional[Tuple[str, str]]:
-    """The pair fairseq's translation task infers from a data directory's file names
-    (<split>.<src>-<tgt>.<lang>: data_utils.infer_language_pair), where the directory holds one."""
+def language_pairs_in(data_dir) -> list:
+    """The language pairs a data directory's file names give (<split>.<src>-<tgt>.<lang>), in the
+    order fairseq's translation task meets them: data_utils.infer_language_pair takes the first
+    file os.listdir gives (with several pairs in one directory: whichever that is)."""
     try:
         names = os.listdir(data_dir)
     except OSError:
-        return None
-    pairs = {tuple(parts[1].split("-")) for parts in (name.split(".") for name in names)
-             if len(parts) >= 3 and len(parts[1].split("-")) == 2}
-    return pairs.pop() if len(pairs) == 1 else None
+        return []
+    pairs = (tuple(parts[1].split("-")) for parts in (name.split(".") for name in names)
+             if len(parts) >= 3 and len(parts[1].split("-")) == 2)
+    return list(dict.fromkeys(pairs))
+
+
+def language_pair_of(data_dir) -> Optional[Tuple[str, str]]:
+    """The pair fairseq infers from a data directory, where it holds one pair only."""
+    pairs = language_pairs_in(data_dir)
+    return pairs[0] if len(pairs) == 1 else None
 
 
 class Direction(NamedTuple):

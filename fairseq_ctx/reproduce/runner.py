@@ -35,6 +35,7 @@ from typing import Dict, List, Optional
 from ..atomic import atomic_write
 from ..checkpoint_repair import FAIRSEQ_DONE, LAST, finished_before_the_exit, repair_before_resuming
 from ..evaluation.defaults import checkpoint_choice
+from ..evaluation.direction import language_pairs_in
 from ..paths import CHECKOUT, WORK_DIR, python_env
 from ..resumptions import resumptions_in_log
 from ..run_lock import RunLock, held_fds
@@ -406,6 +407,12 @@ def preflight(cells, options, param_counts=None) -> List[str]:
         if missing:
             problems.append(f"{cell.name}: missing {missing}; prepare it with: "
                             f"{prepare_command(cell.column, cell.data_dir)} (docs/experiments.md)")
+        pairs = language_pairs_in(cell.bin_dir)
+        if len(pairs) > 1:  # the training command names no languages: fairseq infers them from the files
+            problems.append(f"{cell.name}: {cell.bin_dir} holds files of {len(pairs)} language pairs "
+                            f"({', '.join(sorted('-'.join(p) for p in pairs))}): fairseq-train would train the pair "
+                            f"of the first file it lists; the table needs a directory of "
+                            f"{cell.column.src}-{cell.column.tgt} alone: {prepare_command(cell.column, cell.data_dir)}")
     setting = options.setting or PAPER_SETTING[cells[0].table.paper] if cells else None
     if cells and setting not in ("cpu",):
         have = train_mod._visible_gpus()

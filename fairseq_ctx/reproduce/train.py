@@ -334,18 +334,37 @@ def data_problem(cmd):
         return f"{data}: no such directory"
     src = option_value(argv, "--source-lang") or option_value(argv, "-s")
     tgt = option_value(argv, "--target-lang") or option_value(argv, "-t")
-    if not (src and tgt):
-        pairs = [name.split(".")[1].split("-") for name in sorted(os.listdir(data))
-                 if len(name.split(".")) >= 3 and len(name.split(".")[1].split("-")) == 2]
+    if not (src and tgt):  # fairseq infers both from the file names: the first it lists
+        from ..evaluation.direction import language_pairs_in
+
+        pairs = language_pairs_in(data)
         if not pairs:
             return f"{data}: no binarised data (<split>.<src>-<tgt>.<lang>.idx / .bin)"
-        src, tgt = src or pairs[0][0], tgt or pairs[0][1]
+        src, tgt = pairs[0]
 
     subsets = [option_value(argv, "--train-subset") or "train"]
     if "--disable-validation" not in argv:
         subsets += (option_value(argv, "--valid-subset") or "valid").split(",")
     missing = missing_prepared_files(data, src, tgt, subsets)
     return f"{data}: no {missing[0]}" if missing else None
+
+
+def language_pair_warning(cmd):
+    """A line where fairseq-train ``cmd`` leaves the direction to chance: no --source-lang /
+    --target-lang and files of several language pairs in its data directory (both directions
+    binarised into one), of which fairseq infers the pair of the first file it lists."""
+    from ..evaluation.direction import language_pairs_in
+
+    argv = fairseq_train_argv(cmd)
+    if all(option_value(argv, a) or option_value(argv, b) for a, b in (("--source-lang", "-s"), ("--target-lang", "-t"))):
+        return None
+    data = argv[0].split(os.pathsep)[0]
+    pairs = language_pairs_in(data)
+    if len(pairs) < 2:
+        return None
+    return (f"{data} holds files of {len(pairs)} language pairs ({', '.join(sorted('-'.join(p) for p in pairs))}): "
+            f"fairseq trains the pair of the first file it lists ({'-'.join(pairs[0])} here; on another file system "
+            "perhaps another); pass --source-lang and --target-lang after '--'")
 
 
 def missing_prepared_files(data, src, tgt, subsets):
@@ -863,8 +882,9 @@ def main(argv=None):
                  + "; --skip-checkpoint-check trains anyway")
     for warning in checkpoint_warnings(cmd, PAPER_DEFAULTS.get(paper)):
         print(f"train: warning: {warning}", file=sys.stderr, flush=True)
-    for warning in setting_warnings(args.setting, paper, args.gpus, args.reference):
-        print(f"train: warning: {warning}", file=sys.stderr, flush=True)
+    for warning in [*setting_warnings(args.setting, paper, args.gpus, args.reference), language_pair_warning(cmd)]:
+        if warning:
+            print(f"train: warning: {warning}", file=sys.stderr, flush=True)
     if hw.effective is not None:
         print(f"effective batch: {hw.effective} tokens ({hw.describe()})", flush=True)
     elif cpu_default_batch(hw, [*hardware_args(hw), *model_args(args.config), *extra]):
