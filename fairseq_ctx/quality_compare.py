@@ -147,7 +147,6 @@ from .checkpoint_repair import (
     FAIRSEQ_DONE, finished_at, finished_before_the_exit, restore_last_from_newest_whole, stored_updates,
     written_to_the_end,
 )
-from .data.streaming import lines_of
 from .evaluation.defaults import PAPER_DEFAULTS
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, WORK_DIR, script_env
 from .resumptions import resumptions_in_log
@@ -1132,6 +1131,13 @@ def _read_text(path):
             return f.read()
     except OSError:
         return None
+
+
+def _read_lines(path):
+    # text mode, as every study's test_refs_sha256 was computed (a BOM kept): reading these
+    # references another way would refuse the runs it imports (the demo data has neither BOM nor "\r")
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
 
 
 def _read_json(path):
@@ -2317,7 +2323,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
         print("[quality] preparing data: " + " ".join(cmd), file=sys.stderr)
         if subprocess.run(cmd, env=script_env()).returncode != 0:
             sys.exit("[quality] data preparation failed (its message is above); nothing was trained")
-    refs = lines_of(ref)
+    refs = _read_lines(ref)
     valid_ref = os.path.join(a.data_dir, "raw", f"valid.{a.tgt}") if a.valid_bleu else None
     if valid_ref and not os.path.exists(valid_ref):
         p.error(f"--valid-bleu: no raw valid references at {valid_ref}")
@@ -2467,7 +2473,7 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
         add_length_statistics(results, refs, a.tgt)
         summary = {n: summarize([results[n][s]["bleu"] for s in a.seeds]) for n in configs}
         comparisons = compare(results, baselines, refs, a.tgt, a.n_samples)
-        with_seed_and_sentence(comparisons, results, refs, lines_of(valid_ref) if valid_ref else None, a.tgt)
+        with_seed_and_sentence(comparisons, results, refs, _read_lines(valid_ref) if valid_ref else None, a.tgt)
         curves, curve_comparisons = learning_curves(results, baselines, a.seeds)
         meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "updates": a.updates, "seeds": a.seeds,
                 "beam": a.beam, "data": a.data_dir, "src": a.src, "tgt": a.tgt, "test_sentences": len(refs),

@@ -581,16 +581,24 @@ def test_the_subsets_sentence_count_is_fairseqs_without_importing_fairseq(tmp_pa
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
-def _checkpoint(path, task, args=None):
-    """A zip-format checkpoint as fairseq saves one: cfg as plain containers, tensors, and objects
-    of other classes (here a fairseq meter) in extra_state."""
+class _Meters(list):
+    """A list subclass, as a pickle may hold one (its items come through APPENDS)."""
+
+
+def _checkpoint(path, task, args=None, legacy=False):
+    """A checkpoint as fairseq saves one (zip format, or torch's format before 1.6 with ``legacy``):
+    cfg as plain containers, tensors, and objects of other classes (a fairseq meter, a
+    defaultdict, a deque, a list subclass) in extra_state."""
+    import collections
+
     import torch
     from fairseq.logging.meters import AverageMeter
 
     state = {"args": args, "cfg": None if task is None else {"task": task, "model": {"_name": "transformer"}},
              "model": {"encoder.w": torch.zeros(3)}, "optimizer_history": [{"num_updates": 7}],
-             "extra_state": {"metrics": {"train": AverageMeter()}}}
-    torch.save(state, path)
+             "extra_state": {"metrics": {"train": AverageMeter()}, "counts": collections.defaultdict(int, a=1),
+                             "recent": collections.deque([1, 2]), "meters": _Meters([AverageMeter()])}}
+    torch.save(state, path, _use_new_zipfile_serialization=not legacy)
     return str(path)
 
 
@@ -619,10 +627,24 @@ def test_the_trained_direction_is_read_from_the_checkpoint_without_torch_or_fair
     assert guess[:2] == ("en", "fr") and guess.guessed and trained_direction(elsewhere) is None
     legacy = _checkpoint(tmp_path / "legacy.pt", None, args=argparse.Namespace(source_lang="fr", target_lang="en"))
     assert trained_direction(legacy)[:2] == ("fr", "en")
+    old_format = _checkpoint(tmp_path / "old.pt", None, args=argparse.Namespace(source_lang="fr", target_lang="en"),
+                             legacy=True)
+    assert trained_direction(old_format)[:2] == ("fr", "en")  # fairseq's 2018-19 hub models
+    namespace_task = _checkpoint(tmp_path / "ns.pt", argparse.Namespace(source_lang="fr", target_lang="de"))
+    assert trained_direction(namespace_task)[:2] == ("fr", "de")
+    # the same prepared directory moved: its last two names match the evaluation's data
+    moved = _checkpoint(tmp_path / "moved.pt", {"source_lang": None, "target_lang": None,
+                                               "data": f"/cluster/{tmp_path.name}/eval-bin"})
+    assert trained_direction(moved, str(eval_data)) == ("en", "fr", f"inferred by fairseq from its training data "
+                                                        f"/cluster/{tmp_path.name}/eval-bin, here {eval_data}", False)
+    assert trained_direction(elsewhere, f"{eval_data}:{train_data}")[:2] == ("en", "fr")  # sharded --data
+    (train_data / "train.en-de.en.idx").write_text("")  # a second pair where it trained: not known which
+    ambiguous = trained_direction(inferred, str(eval_data))
+    assert ambiguous.guessed and ambiguous.whence.endswith(f"its training data {train_data} does not name one pair")
     (tmp_path / "text.pt").write_text("not a checkpoint")
     assert trained_direction(str(tmp_path / "text.pt"), str(eval_data)) is None
     probe = ("import sys; from fairseq_ctx.evaluation.direction import trained_direction; "
-             f"assert trained_direction({inferred!r})[:2] == ('de', 'en'); "
+             f"assert trained_direction({named!r})[:2] == ('en', 'de'); "
              "assert not {'torch', 'fairseq', 'numpy'} & set(sys.modules), 'imported'")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env=dict(os.environ, FAIRSEQ_CTX_NO_MODELS="1"), cwd=ROOT)

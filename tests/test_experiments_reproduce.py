@@ -85,6 +85,15 @@ def test_dry_run_calls_data_prepared_only_when_the_preflight_would(tmp_path, cap
     assert f"(missing {bin_dir / 'length-subsets.tsv'}: fairseq-ctx-prepare-data aspec" in line, line
     (bin_dir / "length-subsets.tsv").write_text("lentest\t1-10\n")
     tables.main("iida2019_table3", ["--dry-run", "--results", str(tmp_path / "r"), "--data-root", str(tmp_path)])
+    raw = tmp_path / "aspec-ja-en" / "raw"
+    # each per-length subset's raw reference and source (fairseq-ctx-evaluate --ref / --source)
+    assert f"# data: {bin_dir} (missing {raw / '1-10.en'}:" in capsys.readouterr().out
+    raw.mkdir()
+    (raw / "1-10.en").write_text("")
+    tables.main("iida2019_table3", ["--dry-run", "--results", str(tmp_path / "r"), "--data-root", str(tmp_path)])
+    assert f"# data: {bin_dir} (missing {raw / '1-10.ja'}:" in capsys.readouterr().out
+    (raw / "1-10.ja").write_text("")
+    tables.main("iida2019_table3", ["--dry-run", "--results", str(tmp_path / "r"), "--data-root", str(tmp_path)])
     assert f"# data: {bin_dir} (prepared)" in capsys.readouterr().out
 
 
@@ -95,6 +104,9 @@ def test_dry_run_calls_data_missing_without_a_bin_or_the_target_side(tmp_path, c
     bin_dir = tmp_path / "aspec-ja-en" / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "length-subsets.tsv").write_text("lentest\t1-10\n")
+    (tmp_path / "aspec-ja-en" / "raw").mkdir()
+    for lang in ("ja", "en"):
+        (tmp_path / "aspec-ja-en" / "raw" / f"1-10.{lang}").write_text("")
     files = ["dict.ja.txt", "dict.en.txt", *(f"{s}.ja-en.{lang}.{ext}" for s in ("train", "valid", "lentest")
                                              for lang in ("ja", "en") for ext in ("idx", "bin"))]
 

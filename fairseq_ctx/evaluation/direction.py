@@ -16,12 +16,17 @@ import zipfile
 from typing import NamedTuple, Optional, Tuple
 
 # what the stored cfg is made of (fairseq saves it as plain containers; older ones: args, a Namespace)
-_PLAIN = {("collections", "OrderedDict"), ("builtins", "dict"), ("builtins", "list"), ("builtins", "tuple"),
-          ("builtins", "set"), ("argparse", "Namespace")}
+_PLAIN = {("collections", "OrderedDict"), ("collections", "defaultdict"), ("collections", "deque"),
+          ("collections", "Counter"), ("builtins", "dict"), ("builtins", "list"), ("builtins", "tuple"),
+          ("builtins", "set"), ("builtins", "frozenset"), ("argparse", "Namespace")}
+# torch's format before 1.6 (fairseq's 2018-19 hub models): pickles of this number, the protocol
+# and the system's sizes, then the object, then the storages' bytes
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 
 
 class _StandIn:
-    """Any other object in the pickle (tensors, meters, numpy values): nothing kept."""
+    """Any other object in the pickle (tensors, meters, numpy values, a subclass of a list or a
+    dict): whatever the pickle does to it is accepted and nothing is kept."""
 
     def __new__(cls, *args, **kwargs):
         return object.__new__(cls)
@@ -30,6 +35,15 @@ class _StandIn:
         pass
 
     def __setstate__(self, state):
+        pass
+
+    def __setitem__(self, key, value):
+        pass
+
+    def append(self, item):
+        pass
+
+    def extend(self, items):
         pass
 
 
@@ -47,21 +61,31 @@ def stored_task(checkpoint) -> Optional[dict]:
     """The task options a fairseq checkpoint was trained with ({"source_lang", "target_lang",
     "data", ...}), or None where the file is not a zip-format checkpoint holding them."""
     try:
-        with zipfile.ZipFile(checkpoint) as archive:
-            name = next((n for n in archive.namelist() if n.endswith("/data.pkl")), None)
-            if name is None:
-                return None
-            with archive.open(name) as handle:
-                state = _CfgUnpickler(handle).load()
+        if zipfile.is_zipfile(checkpoint):
+            with zipfile.ZipFile(checkpoint) as archive:
+                name = next((n for n in archive.namelist() if n.endswith("/data.pkl")), None)
+                if name is None:
+                    return None
+                with archive.open(name) as handle:
+                    state = _CfgUnpickler(handle).load()
+        else:
+            with open(checkpoint, "rb") as handle:
+                unpickler = _CfgUnpickler(handle)
+                if unpickler.load() != _LEGACY_MAGIC:
+                    return None
+                unpickler.load(), unpickler.load()  # protocol version, system sizes
+                state = unpickler.load()
     except Exception:  # noqa: BLE001  (unreadable or another format: nothing to compare)
         return None
     if not isinstance(state, dict):
         return None
     cfg = state.get("cfg")
-    if isinstance(cfg, dict) and isinstance(cfg.get("task"), dict):
-        return cfg["task"]
-    args = state.get("args")
-    return vars(args) if isinstance(args, argparse.Namespace) else None
+    task = cfg.get("task") if isinstance(cfg, dict) else None
+    if task is None:  # fairseq before its dataclass configs: the options as a Namespace
+        task = state.get("args")
+    if isinstance(task, argparse.Namespace):
+        task = vars(task)
+    return task if isinstance(task, dict) else None
 
 
 def language_pairs_in(data_dir) -> list:
@@ -104,6 +128,17 @@ def trained_direction(checkpoint, data=None) -> Optional[Direction]:
     pair = language_pair_of(trained_on) if trained_on else None
     if pair:
         return Direction(*pair, f"inferred by fairseq from its training data {trained_on}", False)
+    data = (data or "").split(os.pathsep)[0]
     pair = language_pair_of(data) if data else None
-    return Direction(*pair, f"as fairseq infers them from {data}; its training data {trained_on or '?'} is not "
-                     "here", True) if pair else None
+    if pair is None:
+        return None
+    if trained_on and not os.path.isdir(trained_on) and _tail(trained_on) == _tail(data):
+        # the same prepared directory moved (another machine, another mount): named as it was
+        return Direction(*pair, f"inferred by fairseq from its training data {trained_on}, here {data}", False)
+    why = "is not here" if not trained_on or not os.path.isdir(trained_on) else "does not name one pair"
+    return Direction(*pair, f"as fairseq infers them from {data}; its training data {trained_on or '?'} {why}", True)
+
+
+def _tail(path):
+    """A data directory's last two names (wmt17-zh-en/bin), wherever it lies."""
+    return os.path.normpath(path).split(os.sep)[-2:]

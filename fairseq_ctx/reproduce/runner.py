@@ -389,10 +389,12 @@ def missing_data(cell) -> Optional[str]:
     bin_dir, col = cell.bin_dir, cell.column
     subsets = list(dict.fromkeys(["train", "valid", *cell.subsets]))
     missing = [os.path.join(bin_dir, name) for name in train_mod.missing_prepared_files(bin_dir, col.src, col.tgt, subsets)]
-    # and what the evaluation reads besides: the per-length subsets' table, or the detokenised reference
-    scored = (os.path.join(bin_dir, "length-subsets.tsv") if cell.table.kind == "length"
-              else os.path.join(cell.data_dir, "raw", f"{col.subset}.{col.tgt}"))
-    return missing[0] if missing else None if os.path.exists(scored) else scored
+    # and what each evaluation reads besides (eval_command): the per-length subsets' table, and
+    # every evaluated subset's raw reference and raw source (--ref, --source for the length buckets)
+    if cell.table.kind == "length":
+        missing.append(os.path.join(bin_dir, "length-subsets.tsv"))
+    missing += [raw_path(cell, subset, lang) for subset in cell.subsets for lang in (col.tgt, col.src)]
+    return next((path for path in missing if not os.path.exists(path)), None)
 
 
 def preflight(cells, options, param_counts=None) -> List[str]:
