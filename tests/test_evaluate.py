@@ -602,7 +602,7 @@ def _checkpoint(path, task, args=None, legacy=False):
     return str(path)
 
 
-def test_the_trained_direction_is_read_from_the_checkpoint_without_torch_or_fairseq(tmp_path):
+def test_the_trained_direction_is_read_from_the_checkpoint_without_torch_or_fairseq(tmp_path, monkeypatch):
     """The cfg's languages where named; else those fairseq inferred from the training data (where
     that directory is here); else the evaluation data's, marked as a guess; nothing imported."""
     import argparse
@@ -632,12 +632,28 @@ def test_the_trained_direction_is_read_from_the_checkpoint_without_torch_or_fair
     assert trained_direction(old_format)[:2] == ("fr", "en")  # fairseq's 2018-19 hub models
     namespace_task = _checkpoint(tmp_path / "ns.pt", argparse.Namespace(source_lang="fr", target_lang="de"))
     assert trained_direction(namespace_task)[:2] == ("fr", "de")
-    # the same prepared directory moved: its last two names match the evaluation's data
+    # a relative path is stored as typed, relative to the training's working directory: known only
+    # where it is the evaluation's --data itself, never another directory of that name here
+    relative = _checkpoint(tmp_path / "relative.pt", {"source_lang": None, "target_lang": None,
+                                                     "data": "eval-bin"})
+    monkeypatch.chdir(tmp_path)
+    assert trained_direction(relative, "eval-bin") == ("en", "fr", "inferred by fairseq from its training data "
+                                                       "eval-bin", False)
+    assert trained_direction(relative, str(eval_data)).guessed is False  # spelled otherwise, the same directory
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "eval-bin").mkdir()
+    (tmp_path / "other" / "eval-bin" / "train.fr-en.fr.idx").write_text("")
+    monkeypatch.chdir(tmp_path / "other")  # an unrelated eval-bin here: not taken for the training's
+    assert trained_direction(relative, str(eval_data)) == ("en", "fr", f"as fairseq infers them from {eval_data}; "
+                                                           "its training data eval-bin is not here (or is a "
+                                                           "relative path, stored as typed)", True)
     moved = _checkpoint(tmp_path / "moved.pt", {"source_lang": None, "target_lang": None,
                                                "data": f"/cluster/{tmp_path.name}/eval-bin"})
-    assert trained_direction(moved, str(eval_data)) == ("en", "fr", f"inferred by fairseq from its training data "
-                                                        f"/cluster/{tmp_path.name}/eval-bin, here {eval_data}", False)
+    assert trained_direction(moved, str(eval_data)).guessed  # the same last names prove nothing
     assert trained_direction(elsewhere, f"{eval_data}:{train_data}")[:2] == ("en", "fr")  # sharded --data
+    weird = _checkpoint(tmp_path / "weird.pt", {"source_lang": ["x"], "target_lang": None, "data": [[["deep"]]]})
+    assert trained_direction(weird, str(eval_data)).guessed  # values of other types: not read
+    monkeypatch.chdir(tmp_path)
     (train_data / "train.en-de.en.idx").write_text("")  # a second pair where it trained: not known which
     ambiguous = trained_direction(inferred, str(eval_data))
     assert ambiguous.guessed and ambiguous.whence.endswith(f"its training data {train_data} does not name one pair")

@@ -133,6 +133,21 @@ def test_another_papers_setting_and_a_modern_batch_sized_without_gpus_are_said(m
     assert train.setting_warnings("modern", "yang2019") == []
 
 
+def test_the_language_pair_is_the_first_file_listed_as_fairseq_infers_it(tmp_path, monkeypatch):
+    """fairseq's data_utils.infer_language_pair takes the first file os.listdir gives; the data
+    check took the first sorted, another pair where a directory holds both."""
+    from fairseq.data import data_utils
+
+    from fairseq_ctx.evaluation import direction
+
+    for name in ("dict.en.txt", "train.en-de.en.idx", "train.de-en.de.idx"):
+        (tmp_path / name).write_text("")
+    listed = ["dict.en.txt", "train.en-de.en.idx", "train.de-en.de.idx"]
+    for order in (listed, listed[::-1]):
+        monkeypatch.setattr(os, "listdir", lambda path, order=order: list(order))
+        assert direction.language_pairs_in(str(tmp_path))[0] == tuple(data_utils.infer_language_pair(str(tmp_path)))
+
+
 def test_the_visible_gpus_are_counted_once_per_process(monkeypatch):
     """`modern` without --gpus asked torch for the device count twice, in hardware() and in its
     warning; the count does not change while the command runs."""
@@ -512,6 +527,12 @@ def test_preflight_refuses_a_data_directory_holding_both_directions(tmp_path):
     open(os.path.join(bin_dir, f"train.{tgt}-{src}.{tgt}.idx"), "w").close()
     said = [p for p in runner.preflight(mine, options) if "language pairs" in p]
     assert len(said) == 1 and f"holds files of 2 language pairs" in said[0] and f"{src}-{tgt} alone" in said[0], said
+    # the dry-run's data line says what the real preflight refuses
+    assert runner.mixed_pairs(mine[0]) in said[0]
+    named = runner.build_cells(table, table.rows, _options(train_extra=["-s", src, "--target-lang", tgt]),
+                               str(tmp_path / "r"), str(tmp_path))
+    assert runner.mixed_pairs(named[0]) is None  # languages named after '--': fairseq infers nothing
+    assert not [p for p in runner.preflight([c for c in named if c.bin_dir == bin_dir], options) if "language pairs" in p]
 
 
 # -- a training directory holds exactly one training ------------------------------------------------

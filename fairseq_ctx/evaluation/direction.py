@@ -51,7 +51,7 @@ class _CfgUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) in _PLAIN:
             return super().find_class(module, name)
-        return type(name, (_StandIn,), {})
+        return _StandIn
 
     def persistent_load(self, pid):  # a tensor's storage: not read
         return None
@@ -115,30 +115,33 @@ class Direction(NamedTuple):
 
 
 def trained_direction(checkpoint, data=None) -> Optional[Direction]:
-    """The direction ``checkpoint`` was trained in: the languages its cfg names, else those fairseq
-    inferred from its training data directory (where it is on this machine), else those of
-    ``data`` (the evaluation's, read the same way: a guess); None where none is known."""
+    """The direction ``checkpoint`` was trained in: the languages its cfg names; else the pair
+    fairseq inferred from its training data directory, where that is known to be the one stored
+    (an absolute path present here, or the evaluation's ``data`` itself: fairseq stores a relative
+    path as typed, relative to a working directory not recorded); else the pair of ``data`` (a
+    guess); None where none is known."""
     task = stored_task(checkpoint)
     if task is None:
         return None
-    src, tgt = task.get("source_lang"), task.get("target_lang")
-    if src and tgt:
+    src, tgt, trained_on = (task.get(key) for key in ("source_lang", "target_lang", "data"))
+    if isinstance(src, str) and isinstance(tgt, str) and src and tgt:
         return Direction(src, tgt, "named in its training options", False)
-    trained_on = str(task.get("data") or "").split(os.pathsep)[0]
-    pair = language_pair_of(trained_on) if trained_on else None
+    trained_on = trained_on.split(os.pathsep)[0] if isinstance(trained_on, str) else ""
+    data = (data or "").split(os.pathsep)[0]
+    known = (os.path.isabs(trained_on) and os.path.isdir(trained_on)) or _same_directory(trained_on, data)
+    pair = language_pair_of(trained_on) if known else None
     if pair:
         return Direction(*pair, f"inferred by fairseq from its training data {trained_on}", False)
-    data = (data or "").split(os.pathsep)[0]
     pair = language_pair_of(data) if data else None
     if pair is None:
         return None
-    if trained_on and not os.path.isdir(trained_on) and _tail(trained_on) == _tail(data):
-        # the same prepared directory moved (another machine, another mount): named as it was
-        return Direction(*pair, f"inferred by fairseq from its training data {trained_on}, here {data}", False)
-    why = "is not here" if not trained_on or not os.path.isdir(trained_on) else "does not name one pair"
+    why = ("is not stored" if not trained_on else "does not name one pair" if known
+           else "is not here (or is a relative path, stored as typed)")
     return Direction(*pair, f"as fairseq infers them from {data}; its training data {trained_on or '?'} {why}", True)
 
 
-def _tail(path):
-    """A data directory's last two names (wmt17-zh-en/bin), wherever it lies."""
-    return os.path.normpath(path).split(os.sep)[-2:]
+def _same_directory(a, b):
+    try:
+        return bool(a and b) and os.path.samefile(a, b)
+    except OSError:
+        return False

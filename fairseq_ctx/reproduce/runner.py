@@ -397,6 +397,18 @@ def missing_data(cell) -> Optional[str]:
     return next((path for path in missing if not os.path.exists(path)), None)
 
 
+def mixed_pairs(cell) -> Optional[str]:
+    """Where a cell's training leaves its direction to chance: its binarised directory holds files of
+    several language pairs and the command names no languages (none of the tables' does; -s / -t
+    after '--' would), so fairseq trains the pair of the first file it lists."""
+    if not train_mod.language_pair_warning(cell.train_cmd):
+        return None
+    pairs = sorted("-".join(p) for p in language_pairs_in(cell.bin_dir))
+    return (f"{cell.bin_dir} holds files of {len(pairs)} language pairs ({', '.join(pairs)}): fairseq-train would "
+            f"train the pair of the first file it lists; the table needs a directory of "
+            f"{cell.column.src}-{cell.column.tgt} alone")
+
+
 def preflight(cells, options, param_counts=None) -> List[str]:
     """Everything that would make a cell fail later, found before any training."""
     problems = model_build_problems(cells)
@@ -409,12 +421,9 @@ def preflight(cells, options, param_counts=None) -> List[str]:
         if missing:
             problems.append(f"{cell.name}: missing {missing}; prepare it with: "
                             f"{prepare_command(cell.column, cell.data_dir)} (docs/experiments.md)")
-        pairs = language_pairs_in(cell.bin_dir)
-        if len(pairs) > 1:  # the training command names no languages: fairseq infers them from the files
-            problems.append(f"{cell.name}: {cell.bin_dir} holds files of {len(pairs)} language pairs "
-                            f"({', '.join(sorted('-'.join(p) for p in pairs))}): fairseq-train would train the pair "
-                            f"of the first file it lists; the table needs a directory of "
-                            f"{cell.column.src}-{cell.column.tgt} alone: {prepare_command(cell.column, cell.data_dir)}")
+        mixed = mixed_pairs(cell)
+        if mixed:
+            problems.append(f"{cell.name}: {mixed}: {prepare_command(cell.column, cell.data_dir)}")
     setting = options.setting or PAPER_SETTING[cells[0].table.paper] if cells else None
     if cells and setting not in ("cpu",):
         have = train_mod._visible_gpus()
@@ -842,8 +851,9 @@ def main(table_key, argv=None):
     if options.dry_run:
         for bin_dir, cell in {c.bin_dir: c for c in cells}.items():
             missing = missing_data(cell)  # what the preflight of a real run checks
-            print(f"# data: {bin_dir} " + (f"(missing {missing}: {prepare_command(cell.column, cell.data_dir)})"
-                                           if missing else "(prepared)"))
+            problem = f"missing {missing}" if missing else mixed_pairs(cell)
+            print(f"# data: {bin_dir} " + (f"({problem}: {prepare_command(cell.column, cell.data_dir)})"
+                                           if problem else "(prepared)"))
         for cell in cells:
             if cell.hw.effective is not None:
                 print(f"# {cell.name}: effective batch: {cell.hw.effective} tokens ({cell.hw.describe()})")
