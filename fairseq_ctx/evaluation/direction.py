@@ -59,7 +59,8 @@ class _CfgUnpickler(pickle.Unpickler):
 
 def stored_task(checkpoint) -> Optional[dict]:
     """The task options a fairseq checkpoint was trained with ({"source_lang", "target_lang",
-    "data", ...}), or None where the file is not a zip-format checkpoint holding them."""
+    "data", ...}), or None where the file is no torch checkpoint (zip format, or the format before
+    torch 1.6) holding them."""
     try:
         if zipfile.is_zipfile(checkpoint):
             with zipfile.ZipFile(checkpoint) as archive:
