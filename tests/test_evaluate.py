@@ -689,3 +689,45 @@ def test_the_reverse_of_the_trained_direction_is_refused_before_generating(files
     line = _fails(capsys, ["--data", str(files / "bin"), "--save-dir", str(files / "ckpts"), "--ref",
                            str(files / "ref"), "--out-dir", str(files / "out"), "--src", "en", "--tgt", "de"])
     assert "checkpoint_3_100.pt was trained de -> en" in line, line
+
+
+def test_the_direction_our_training_recorded_is_read_where_its_data_is_not_here(files, capsys):
+    """fairseq-ctx-train and the tables name no languages (fairseq infers them), so the checkpoint's
+    cfg holds none: evaluated where its training data is not, the reverse was only a warning. The
+    records our drivers keep beside it (fairseq-ctx-train's starts record in its --save-dir, the
+    runner's train.json in the cell) give the direction, for a training on the stored data only."""
+    from fairseq_ctx.evaluation.direction import trained_direction
+    from fairseq_ctx.reproduce import train
+
+    (files / "bin" / "test.en-de.en.idx").write_text("")  # the evaluation's data: a guess would say en -> de
+    cell = files / "cell"
+    (cell / "checkpoints").mkdir(parents=True)
+    checkpoint = _checkpoint(cell / "checkpoints" / "checkpoint_best.pt",
+                             {"source_lang": None, "target_lang": None, "data": "/cluster/data/bin"})
+    assert trained_direction(checkpoint, str(files / "bin")).guessed
+    cmd = ["python", "-m", "fairseq_cli.train", "/cluster/data/bin", "--arch", "transformer"]
+    start = {"event": "start", "command": cmd, **train.training_direction(cmd)}
+    assert start["data"] == "/cluster/data/bin" and start["languages"] is None  # (no such directory here)
+    record = cell / "checkpoints" / train.STARTS_RECORD
+    train.record_start(str(cell / "checkpoints"), {**start, "languages": ["de", "en"]})
+    train.record_start(str(cell / "checkpoints"), {"event": "end", "exit_code": 0})
+    assert trained_direction(checkpoint, str(files / "bin")) == (
+        "de", "en", "recorded in train_starts.jsonl when it was trained on /cluster/data/bin", False)
+    base = ["--data", str(files / "bin"), "--path", checkpoint, "--ref", str(files / "ref"), "--out-dir",
+            str(files / "out")]
+    line = _fails(capsys, [*base, "--src", "en", "--tgt", "de"])
+    assert "was trained de -> en (recorded in train_starts.jsonl when it was trained on /cluster" in line, line
+    # another training's record (other data), an unreadable line, a start that names no languages: not read
+    record.write_text("not json\n" + json.dumps({"data": "/cluster/other/bin", "languages": ["en", "de"]}) + "\n"
+                      + json.dumps(start) + "\n" + record.read_text())
+    assert trained_direction(checkpoint, str(files / "bin"))[:2] == ("de", "en")
+    # starts on the same data that disagree (its files changed between starts): none taken
+    train.record_start(str(cell / "checkpoints"), {**start, "languages": ["en", "de"]})
+    assert trained_direction(checkpoint, str(files / "bin")).guessed
+    record.unlink()
+    # the tables' cell: train.json above the checkpoints
+    (cell / "train.json").write_text(json.dumps({"data": "/cluster/data/bin", "languages": ["de", "en"]}))
+    assert trained_direction(checkpoint, str(files / "bin")) == (
+        "de", "en", "recorded in train.json when it was trained on /cluster/data/bin", False)
+    (cell / "train.json").write_text(json.dumps({"data": "/cluster/data/bin-2", "languages": ["de", "en"]}))
+    assert trained_direction(checkpoint, str(files / "bin")).guessed

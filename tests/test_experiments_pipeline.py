@@ -4,6 +4,7 @@ bootstrap, length buckets) -> table; and the gate / routing statistics of traine
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -57,6 +58,25 @@ def test_two_cpu_processes_train_through_fairseq_distributed(distributed_run):
     assert (start["event"], start["world_size"], start["resumed"]) == ("start", 2, None)
     assert start["command"][1:3] == ["-m", "torch.distributed.run"]
     assert (end["event"], end["exit_code"], end["checkpoint_last_update"]) == ("end", 0, 4)
+
+
+def test_the_direction_fairseq_inferred_is_recorded_and_read_with_the_checkpoint_elsewhere(distributed_run,
+                                                                                         tiny_corpus, tmp_path):
+    """fairseq-ctx-train names no languages, so the checkpoint's cfg holds none: its starts record
+    keeps the pair fairseq inferred, and the evaluation reads it from the copied --save-dir."""
+    from fairseq_ctx.evaluation.direction import stored_task, trained_direction
+
+    _, save_dir, _ = distributed_run
+    start = json.loads((save_dir / "train_starts.jsonl").read_text().splitlines()[0])
+    assert (start["data"], start["languages"]) == (str(tiny_corpus / "bin"), ["zh", "en"])
+    task = stored_task(str(save_dir / "checkpoint_last.pt"))
+    assert (task["source_lang"], task["target_lang"], task["data"]) == (None, None, start["data"])
+    copied = tmp_path / "copied"
+    copied.mkdir()
+    for name in ("checkpoint_last.pt", "train_starts.jsonl"):
+        shutil.copy(save_dir / name, copied / name)
+    assert trained_direction(str(copied / "checkpoint_last.pt")) == (
+        "zh", "en", f"recorded in train_starts.jsonl when it was trained on {tiny_corpus / 'bin'}", False)
 
 
 def test_torchrun_workers_run_this_copy_from_the_root_of_another_checkout(tiny_corpus, tmp_path):

@@ -7,11 +7,13 @@ tables) -> 2-to-2 stripping -> the tables. `make rehearsal` runs every cell of e
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 
+from fairseq_ctx.evaluation.direction import trained_direction
 from tests.conftest import ROOT, cli_env
 
 # Iida's Table 3 reuses the models its Table 2 test trained in this module's results directory: both
@@ -64,7 +66,7 @@ def test_wang_table2_big_rows_against_transformer_big_in_german_and_french(resul
 
 
 @IIDA_TABLES
-def test_iida_table2_japanese_targets_sentencepiece_and_2_to_2(results):
+def test_iida_table2_japanese_targets_sentencepiece_and_2_to_2(results, tmp_path):
     out = smoke(results, "iida2019_table2", "--only", "base", "--only", "dep_h2k2")
     cells = {c: ours(out, f"{c} (ours, tokenized)") for c in ("OS ja-en", "OS en-ja", "ASPEC ja-en", "ASPEC en-ja",
                                                                "OS+ctx ja-en", "OS+ctx en-ja")}
@@ -77,6 +79,17 @@ def test_iida_table2_japanese_targets_sentencepiece_and_2_to_2(results):
     iida = [r for d, r in results_json(results) if r["provenance"]["table"].startswith("iida2019")]
     assert len(iida) == 12 and all(r["checkpoint"].endswith("checkpoint_best.pt") for r in iida)
     assert "\u2020 / \u2021 after ours" in out  # the paper's glyphs for "better than the RNN baseline"
+    # the direction fairseq inferred, kept in each cell's train.json: the evaluation reads it from there
+    for directory, result in results_json(results):
+        src, tgt = result["provenance"]["languages"]
+        assert f"-{src}-{tgt}" in directory and f"-{tgt}-{src}" not in directory, directory
+    cell = next(d for d, r in results_json(results) if "opensubtitles-en-ja" in d).split(os.sep + "eval" + os.sep)[0]
+    copied = tmp_path / "cell"
+    (copied / "checkpoints").mkdir(parents=True)
+    shutil.copy(os.path.join(cell, "checkpoints", "checkpoint_best.pt"), copied / "checkpoints")
+    shutil.copy(os.path.join(cell, "train.json"), copied / "train.json")
+    direction = trained_direction(str(copied / "checkpoints" / "checkpoint_best.pt"))
+    assert direction[:2] == ("en", "ja") and "recorded in train.json" in direction.whence
 
 
 @IIDA_TABLES

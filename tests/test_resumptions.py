@@ -326,6 +326,56 @@ def test_another_language_direction_is_refused(tmp_path, capsys):
     assert "--source-lang: zh in the checkpoint, en now" in message and "--target-lang: en in the checkpoint, zh now" in message
 
 
+def test_a_resumption_on_data_of_the_other_direction_is_refused_where_fairseq_infers_it(tmp_path, capsys):
+    """Neither fairseq-ctx-train nor the tables name the languages: fairseq infers them, and the
+    stored options compared None with None, so the same --save-dir given the other direction's
+    data (a joined dictionary: the tensors fit) resumed and trained the reverse without a word. The
+    direction is compared as trained (read from the stored training data, else from the starts
+    record) and as inferred now; -s / -t given at one start only is no change where they agree."""
+    import torch
+
+    from fairseq_ctx.reproduce import train
+
+    for folder, pair in (("bin", "zh-en"), ("bin-rev", "en-zh")):
+        (tmp_path / folder).mkdir()
+        for lang in pair.split("-"):
+            (tmp_path / folder / f"train.{pair}.{lang}.idx").write_text("")
+    last = tmp_path / "ck" / "checkpoint_last.pt"
+
+    def trained(*languages, **task):
+        _checkpoint_trained_with(last, _fairseq_train_argv(tmp_path, *languages))
+        state = torch.load(last, weights_only=False)
+        torch.save({**state, "cfg": {**state["cfg"], "task": {"source_lang": None, "target_lang": None,
+                                                                "data": str(tmp_path / "bin"), **task}}}, last)
+
+    def resume(data, *extra):
+        train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / data), "--save-dir", str(tmp_path / "ck"),
+                    "--dry-run", "--", *extra])
+        return capsys.readouterr().err
+
+    trained()
+    assert "resuming from" in resume("bin") and "options than" not in resume("bin")
+    with pytest.raises(SystemExit) as refused:
+        resume("bin-rev")
+    assert refused.value.code == train.REFUSED_RESUMPTION
+    message, = [line for line in capsys.readouterr().err.splitlines() if "(or language direction)" in line]
+    assert "--source-lang: zh in the checkpoint, en now; --target-lang: en in the checkpoint, zh now" in message
+    # the training data gone from here: fairseq-ctx-train's starts record of that start tells
+    (tmp_path / "bin").rename(tmp_path / "elsewhere")
+    train.record_start(str(tmp_path / "ck"), {"event": "start", "data": str(tmp_path / "bin"), "languages": ["zh", "en"]})
+    with pytest.raises(SystemExit):
+        resume("bin-rev")
+    assert "--source-lang: zh in the checkpoint, en now" in capsys.readouterr().err
+    os.remove(tmp_path / "ck" / train.STARTS_RECORD)  # nothing tells: the stored options' comparison (None, None)
+    assert "options than" not in resume("bin-rev")
+    # trained with -s zh -t en, resumed without them where fairseq infers zh -> en: no change
+    (tmp_path / "elsewhere").rename(tmp_path / "bin")
+    trained("-s", "zh", "-t", "en", source_lang="zh", target_lang="en")
+    assert "options than" not in resume("bin")
+    with pytest.raises(SystemExit):
+        resume("bin-rev")
+
+
 def test_options_build_model_changes_are_compared_as_built(tmp_path, capsys):
     # fairseq's build_model turns on the decoder's input / output sharing under --share-all-embeddings
     # (stored so in the checkpoint), with the stock transformer, the stock LSTM and a family's model

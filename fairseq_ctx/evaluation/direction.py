@@ -10,6 +10,7 @@ loaded, and every class other than plain containers is read as an empty stand-in
 nothing in the file is executed and neither torch nor fairseq is imported (~5 s saved).
 """
 import argparse
+import json
 import os
 import pickle
 import zipfile
@@ -19,6 +20,11 @@ from typing import NamedTuple, Optional, Tuple
 _PLAIN = {("collections", "OrderedDict"), ("collections", "defaultdict"), ("collections", "deque"),
           ("collections", "Counter"), ("builtins", "dict"), ("builtins", "list"), ("builtins", "tuple"),
           ("builtins", "set"), ("builtins", "frozenset"), ("argparse", "Namespace")}
+# the records our training drivers keep of a training's data and direction ({"data": ...,
+# "languages": [src, tgt]}): fairseq-ctx-train's in its --save-dir, one JSON line per start
+# (reproduce/train.py), the reproduce runner's in the cell, the directory above its checkpoints
+STARTS_RECORD = "train_starts.jsonl"
+CELL_RECORD = "train.json"
 # torch's format before 1.6 (fairseq's 2018-19 hub models): pickles of this number, the protocol
 # and the system's sizes, then the object, then the storages' bytes
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
@@ -115,18 +121,60 @@ class Direction(NamedTuple):
     guessed: bool  # read from the evaluation's data directory, not from the training's
 
 
+def _records(checkpoint):
+    """(path, record) of every record our drivers kept beside ``checkpoint`` (STARTS_RECORD in its
+    directory, CELL_RECORD in the one above); unreadable lines and files are skipped."""
+    folder = os.path.dirname(os.path.abspath(checkpoint))
+    for path, lines in ((os.path.join(folder, STARTS_RECORD), True),
+                        (os.path.join(os.path.dirname(folder), CELL_RECORD), False)):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                texts = handle.read().splitlines() if lines else [handle.read()]
+        except (OSError, UnicodeDecodeError):
+            continue
+        for text in texts:
+            try:
+                record = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                yield path, record
+
+
+def recorded_direction(checkpoint, trained_on) -> Optional[Direction]:
+    """The direction our training drivers recorded for the training that wrote ``checkpoint``:
+    their records beside it (_records) of a training on ``trained_on`` (the data argument stored
+    in the checkpoint, compared as written), where those that name languages agree; else None."""
+    if not isinstance(trained_on, str) or not trained_on:
+        return None
+    found = {}
+    for path, record in _records(checkpoint):
+        languages = record.get("languages")
+        if (record.get("data") == trained_on and isinstance(languages, list) and len(languages) == 2
+                and all(isinstance(lang, str) and lang for lang in languages)):
+            found.setdefault(tuple(languages), os.path.basename(path))
+    if len(found) != 1:
+        return None
+    (src, tgt), name = next(iter(found.items()))
+    return Direction(src, tgt, f"recorded in {name} when it was trained on {trained_on}", False)
+
+
 def trained_direction(checkpoint, data=None) -> Optional[Direction]:
-    """The direction ``checkpoint`` was trained in: the languages its cfg names; else the pair
-    fairseq inferred from its training data directory, where that is known to be the one stored
-    (an absolute path present here, or the evaluation's ``data`` itself: fairseq stores a relative
-    path as typed, relative to a working directory not recorded); else the pair of ``data`` (a
-    guess); None where none is known."""
+    """The direction ``checkpoint`` was trained in: the languages its cfg names; else those our
+    training drivers recorded beside it (recorded_direction: fairseq-ctx-train and the tables name
+    none, fairseq infers them); else the pair fairseq inferred from its training data directory,
+    where that is known to be the one stored (an absolute path present here, or the evaluation's
+    ``data`` itself: fairseq stores a relative path as typed, relative to a working directory not
+    recorded); else the pair of ``data`` (a guess); None where none is known."""
     task = stored_task(checkpoint)
     if task is None:
         return None
     src, tgt, trained_on = (task.get(key) for key in ("source_lang", "target_lang", "data"))
     if isinstance(src, str) and isinstance(tgt, str) and src and tgt:
         return Direction(src, tgt, "named in its training options", False)
+    recorded = recorded_direction(checkpoint, trained_on)
+    if recorded:
+        return recorded
     trained_on = trained_on.split(os.pathsep)[0] if isinstance(trained_on, str) else ""
     data = (data or "").split(os.pathsep)[0]
     known = (os.path.isabs(trained_on) and os.path.isdir(trained_on)) or _same_directory(trained_on, data)

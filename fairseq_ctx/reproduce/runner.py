@@ -35,7 +35,6 @@ from typing import Dict, List, Optional
 from ..atomic import atomic_write
 from ..checkpoint_repair import FAIRSEQ_DONE, LAST, finished_before_the_exit, repair_before_resuming
 from ..evaluation.defaults import checkpoint_choice
-from ..evaluation.direction import language_pairs_in
 from ..paths import CHECKOUT, WORK_DIR, python_env
 from ..resumptions import resumptions_in_log
 from ..run_lock import RunLock, held_fds
@@ -398,14 +397,15 @@ def missing_data(cell) -> Optional[str]:
 
 
 def mixed_pairs(cell) -> Optional[str]:
-    """Where a cell's training leaves its direction to chance: its binarised directory holds files of
-    several language pairs and the command names no languages (none of the tables' does; -s / -t
-    after '--' would), so fairseq trains the pair of the first file it lists."""
-    if not train_mod.language_pair_warning(cell.train_cmd):
+    """Where a cell's training leaves its direction to chance (train.several_pairs): its binarised
+    directory holds files of several language pairs and the command names no languages (none of
+    the tables' does; -s / -t after '--' would), so fairseq trains the pair of the first file it lists."""
+    several = train_mod.several_pairs(cell.train_cmd)
+    if several is None:
         return None
-    pairs = sorted("-".join(p) for p in language_pairs_in(cell.bin_dir))
-    return (f"{cell.bin_dir} holds files of {len(pairs)} language pairs ({', '.join(pairs)}): fairseq-train would "
-            f"train the pair of the first file it lists; the table needs a directory of "
+    data, pairs = several
+    return (f"{data} holds files of {len(pairs)} language pairs ({', '.join(sorted('-'.join(p) for p in pairs))}): "
+            f"fairseq-train would train the pair of the first file it lists; the table needs a directory of "
             f"{cell.column.src}-{cell.column.tgt} alone")
 
 
@@ -469,7 +469,19 @@ def provenance(cell, setting, smoke):
             "paper_batch_tokens": cell.hw.paper_effective, "command": shlex.join(cell.train_cmd),
             "git_commit": git_commit(), "torch": torch.__version__, "fairseq": fairseq.__version__,
             "python": sys.version.split()[0], "train_log": os.path.join(cell.train_dir, "train.log"),
-            "training_key": cell.key, "data": cell.bin_dir, "data_fingerprint": cell.data_fingerprint}
+            "training_key": cell.key, "data": cell.bin_dir, "data_fingerprint": cell.data_fingerprint,
+            "languages": trained_languages(cell)}
+
+
+def trained_languages(cell):
+    """[src, tgt] as the cell's fairseq-train takes them (train.trained_pair), kept in train.json: the
+    tables name no languages, so the checkpoints hold none, and the evaluation reads them there
+    (evaluation/direction.py) wherever the data directory is not."""
+    try:
+        pair = train_mod.trained_pair(cell.train_cmd)
+    except ValueError:  # a command with no fairseq-train entry (a test's stand-in): none taken
+        return None
+    return list(pair) if pair else None
 
 
 # -- running -------------------------------------------------------------------------------------

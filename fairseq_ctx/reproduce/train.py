@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..checkpoint_repair import LAST, finished_at, repair_before_resuming, stored_updates, written_to_the_end
+from ..evaluation.direction import STARTS_RECORD, language_pairs_in
 from ..paths import CONFIGS, config_path, python_env
 from ..paths import IMPORT_ROOT as ROOT  # noqa: F401  (runner: child processes run from there)
 from ..paths import PACKAGE_DIR as USER_DIR
@@ -321,47 +322,68 @@ def fairseq_train_argv(cmd):
     return cmd[starts[0] + 1:]
 
 
+def language_choice(cmd):
+    """How fairseq-train ``cmd`` comes by its direction: (data, named, pairs), its first data
+    directory (of a ':'-separated list), the (src, tgt) it names (--source-lang / -s and
+    --target-lang / -t; None unless both: fairseq infers both otherwise) and the language pairs
+    that directory's file names give, in the order fairseq meets them (its first listed)."""
+    argv = fairseq_train_argv(cmd)
+    data = argv[0].split(os.pathsep)[0]
+    src = option_value(argv, "--source-lang") or option_value(argv, "-s")
+    tgt = option_value(argv, "--target-lang") or option_value(argv, "-t")
+    return data, ((src, tgt) if src and tgt else None), language_pairs_in(data)
+
+
+def trained_pair(cmd):
+    """The (src, tgt) fairseq-train ``cmd`` trains: the named one, else the pair fairseq infers
+    from its data directory (data_utils.infer_language_pair); None where it finds none."""
+    _, named, pairs = language_choice(cmd)
+    return named or (pairs[0] if pairs else None)
+
+
+def training_direction(cmd):
+    """What a record of fairseq-train ``cmd`` keeps of its direction: {"data": its data argument as
+    fairseq stores it in every checkpoint, "languages": [src, tgt] or None (trained_pair)}. Neither
+    this driver nor the tables name the languages, so the checkpoint's cfg holds none; the
+    evaluation reads them here (evaluation/direction.py) where the training data is not."""
+    pair = trained_pair(cmd)
+    return {"data": fairseq_train_argv(cmd)[0], "languages": list(pair) if pair else None}
+
+
 def data_problem(cmd):
     """The first of the files fairseq-train loads from its data directory (the first of a
     ':'-separated list) before its first update that is not there: both dictionaries, both sides
     of the training set and of each validation subset (fairseq_cli/train.py loads them before
-    training), as .idx and .bin (or a raw text file); None where they all are. Languages as given
-    (--source-lang / -s, --target-lang / -t), else as fairseq infers them (data_utils.
-    infer_language_pair). Not read: the files' contents (a cut-off .bin, a mismatched dictionary)."""
+    training), as .idx and .bin (or a raw text file); None where they all are. Languages as
+    trained_pair gives them. Not read: the files' contents (a cut-off .bin, a mismatched dictionary)."""
     argv = fairseq_train_argv(cmd)
     data = argv[0].split(os.pathsep)[0]
     if not os.path.isdir(data):
         return f"{data}: no such directory"
-    src = option_value(argv, "--source-lang") or option_value(argv, "-s")
-    tgt = option_value(argv, "--target-lang") or option_value(argv, "-t")
-    if not (src and tgt):  # fairseq infers both from the file names: the first it lists
-        from ..evaluation.direction import language_pairs_in
-
-        pairs = language_pairs_in(data)
-        if not pairs:
-            return f"{data}: no binarised data (<split>.<src>-<tgt>.<lang>.idx / .bin)"
-        src, tgt = pairs[0]
-
+    pair = trained_pair(cmd)
+    if pair is None:
+        return f"{data}: no binarised data (<split>.<src>-<tgt>.<lang>.idx / .bin)"
     subsets = [option_value(argv, "--train-subset") or "train"]
     if "--disable-validation" not in argv:
         subsets += (option_value(argv, "--valid-subset") or "valid").split(",")
-    missing = missing_prepared_files(data, src, tgt, subsets)
+    missing = missing_prepared_files(data, *pair, subsets)
     return f"{data}: no {missing[0]}" if missing else None
 
 
-def language_pair_warning(cmd):
-    """A line where fairseq-train ``cmd`` leaves the direction to chance: no --source-lang /
-    --target-lang and files of several language pairs in its data directory (both directions
-    binarised into one), of which fairseq infers the pair of the first file it lists."""
-    from ..evaluation.direction import language_pairs_in
+def several_pairs(cmd):
+    """The language pairs of fairseq-train ``cmd``'s data directory where it leaves the direction
+    to chance (no languages named, files of several pairs: both directions binarised into one;
+    fairseq trains the pair of the first file it lists), else None. -> (data, pairs)."""
+    data, named, pairs = language_choice(cmd)
+    return (data, pairs) if named is None and len(pairs) > 1 else None
 
-    argv = fairseq_train_argv(cmd)
-    if all(option_value(argv, a) or option_value(argv, b) for a, b in (("--source-lang", "-s"), ("--target-lang", "-t"))):
+
+def language_pair_warning(cmd):
+    """A line where fairseq-train ``cmd`` leaves the direction to chance (several_pairs)."""
+    several = several_pairs(cmd)
+    if several is None:
         return None
-    data = argv[0].split(os.pathsep)[0]
-    pairs = language_pairs_in(data)
-    if len(pairs) < 2:
-        return None
+    data, pairs = several
     return (f"{data} holds files of {len(pairs)} language pairs ({', '.join(sorted('-'.join(p) for p in pairs))}): "
             f"fairseq trains the pair of the first file it lists ({'-'.join(pairs[0])} here; on another file system "
             "perhaps another); pass --source-lang and --target-lang after '--'")
@@ -635,9 +657,9 @@ REFUSED_RESUMPTION = 3
 # how long a node other than node 0 waits for node 0 to repair a cut-off checkpoint_last.pt
 NODE_WAIT_S = 300
 _node_wait_sleep = time.sleep  # (a test replaces this one, not time.sleep for the whole process)
-# SAVE_DIR's record of every fairseq-train this command started there (a requeued job's history:
-# the command, the resumption and what changed at each start, and how each ended), one JSON line each
-STARTS_RECORD = "train_starts.jsonl"
+# SAVE_DIR/STARTS_RECORD: every fairseq-train this command started there (a requeued job's history:
+# the command, its data and direction, the resumption and what changed at each start, and how each
+# ended), one JSON line each; the evaluation reads the direction from it (evaluation/direction.py)
 
 
 def _utc_now():
@@ -739,7 +761,7 @@ def _train_recorded(args, cmd, world, resumed):
     if recording:
         record_start(args.save_dir, {"event": "start", **start, "host": socket.gethostname(), "pid": os.getpid(),
                                      "job": _job(), "command": cmd, "world_size": world, "nnodes": args.nnodes,
-                                     "resumed": resumed})
+                                     "resumed": resumed, **training_direction(cmd)})
     try:
         # python_env: torchrun's `-m` workers would import a fairseq_ctx in the working directory
         raw = subprocess.call(cmd, pass_fds=held_fds(args.save_dir), env=python_env())
@@ -789,6 +811,24 @@ def _allowed_changes(value):
     return None if {name.lower() for name in names} == {"all"} else names
 
 
+def direction_change(checkpoint, cmd, options_change):
+    """The language direction's change of a resumption from ``checkpoint`` by fairseq-train ``cmd``,
+    as (option, in the checkpoint, now): the direction it was trained in (evaluation.direction.
+    trained_direction: its options, our records beside it, its training data) against the one
+    ``cmd`` trains (trained_pair). Neither this driver nor the tables name the languages, so the
+    stored options compare None with None when the data's direction changed (both directions
+    prepared, the other's --data given with the same --save-dir; with a joined dictionary the
+    tensors fit); and -s / -t given at one start only is no change where fairseq infers the same.
+    Where either direction is not known: ``options_change``, the stored options' comparison."""
+    from ..evaluation.direction import trained_direction
+
+    then, now = trained_direction(checkpoint, fairseq_train_argv(cmd)[0]), trained_pair(cmd)
+    if then is None or then.guessed or now is None:
+        return options_change
+    return [(name, was, is_now) for name, was, is_now in zip(("source_lang", "target_lang"), then[:2], now)
+            if was != is_now]
+
+
 def _say_resumption(args, cmd, world, dry_run=False):
     """Before fairseq-train resumes: where from, and whether its batches go on as the uninterrupted
     training's (fairseq_ctx/resumptions.py; the quality-compare and reproduce records read the same
@@ -817,6 +857,7 @@ def _say_resumption(args, cmd, world, dry_run=False):
             print(f"train: warning: the options were not compared with the checkpoint's: {error}", file=sys.stderr,
                   flush=True)
         return {**record, "not_compared": str(error)}
+    changed["data"] = direction_change(resumption["checkpoint"], cmd, changed["data"])
     decisive = changed["model"] + changed["data"]
     refused = [c for c in decisive if allowed is not None and c[0] not in allowed]
     if say and allowed:
