@@ -691,7 +691,7 @@ def test_the_reverse_of_the_trained_direction_is_refused_before_generating(files
     assert "checkpoint_3_100.pt was trained de -> en" in line, line
 
 
-def test_the_direction_our_training_recorded_is_read_where_its_data_is_not_here(files, capsys):
+def test_the_direction_our_training_recorded_is_read_where_its_data_is_not_here(files, capsys, monkeypatch):
     """fairseq-ctx-train and the tables name no languages (fairseq infers them), so the checkpoint's
     cfg holds none: evaluated where its training data is not, the reverse was only a warning. The
     records our drivers keep beside it (fairseq-ctx-train's starts record in its --save-dir, the
@@ -725,9 +725,31 @@ def test_the_direction_our_training_recorded_is_read_where_its_data_is_not_here(
     train.record_start(str(cell / "checkpoints"), {**start, "languages": ["en", "de"]})
     assert trained_direction(checkpoint, str(files / "bin")).guessed
     record.unlink()
-    # the tables' cell: train.json above the checkpoints
-    (cell / "train.json").write_text(json.dumps({"data": "/cluster/data/bin", "languages": ["de", "en"]}))
+    # the tables' cell: train.json above the checkpoints (the runner's: with its training key)
+    cell_record = {"training_key": "k", "data": "/cluster/data/bin", "languages": ["de", "en"]}
+    (cell / "train.json").write_text(json.dumps(cell_record))
     assert trained_direction(checkpoint, str(files / "bin")) == (
         "de", "en", "recorded in train.json when it was trained on /cluster/data/bin", False)
-    (cell / "train.json").write_text(json.dumps({"data": "/cluster/data/bin-2", "languages": ["de", "en"]}))
-    assert trained_direction(checkpoint, str(files / "bin")).guessed
+    # through a link to the checkpoint file: beside the file it points to
+    (files / "links").mkdir()
+    (files / "links" / "model.pt").symlink_to(checkpoint)
+    assert trained_direction(str(files / "links" / "model.pt"), str(files / "bin"))[:2] == ("de", "en")
+    for other in ({**cell_record, "data": "/cluster/data/bin-2"},  # another training's
+                  {"data": "/cluster/data/bin", "languages": ["de", "en"]},  # not the runner's (a data set?)
+                  {**cell_record, "padding": "x" * (1 << 20)}):  # too big to be the runner's: not read
+        (cell / "train.json").write_text(json.dumps(other))
+        assert trained_direction(checkpoint, str(files / "bin")).guessed
+    (cell / "train.json").write_text("[" * 100000)  # nested too deep for json: skipped, no traceback
+    record.write_text("[" * 100000 + "\n" + json.dumps(start | {"languages": ["de", "en"]}) + "\n")
+    assert trained_direction(checkpoint, str(files / "bin"))[:2] == ("de", "en")
+    # languages the checkpoint's options name come first
+    named = _checkpoint(cell / "checkpoints" / "checkpoint_last.pt",
+                        {"source_lang": "en", "target_lang": "de", "data": "/cluster/data/bin"})
+    assert trained_direction(named, str(files / "bin")) == ("en", "de", "named in its training options", False)
+    # the data argument is kept as fairseq stores it: a relative one as typed
+    monkeypatch.chdir(files)
+    relative = train.training_direction(["python", "-m", "fairseq_cli.train", "bin", "--arch", "transformer"])
+    assert relative == {"data": "bin", "languages": ["en", "de"]}
+    # the languages as fairseq-train's parser takes them: the last of either spelling, '-sde' as '-s de'
+    for named_now in (["--source-lang", "en", "-s", "de", "-t", "en"], ["-sde", "-ten"], ["-s", "de", "--target-lang=en"]):
+        assert train.trained_pair(["python", "-m", "fairseq_cli.train", "bin", *named_now]) == ("de", "en")

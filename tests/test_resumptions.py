@@ -372,8 +372,12 @@ def test_a_resumption_on_data_of_the_other_direction_is_refused_where_fairseq_in
     (tmp_path / "elsewhere").rename(tmp_path / "bin")
     trained("-s", "zh", "-t", "en", source_lang="zh", target_lang="en")
     assert "options than" not in resume("bin")
+    # the same direction named as fairseq's parser takes it: the last of either spelling, glued values
+    for same in (["--source-lang", "en", "-s", "zh", "-t", "en"], ["-szh", "-ten"]):
+        assert "options than" not in resume("bin-rev", *same)
     with pytest.raises(SystemExit):
         resume("bin-rev")
+    assert "(trained zh -> en, named in its training options)" in capsys.readouterr().err
 
 
 def test_options_build_model_changes_are_compared_as_built(tmp_path, capsys):

@@ -25,6 +25,7 @@ _PLAIN = {("collections", "OrderedDict"), ("collections", "defaultdict"), ("coll
 # (reproduce/train.py), the reproduce runner's in the cell, the directory above its checkpoints
 STARTS_RECORD = "train_starts.jsonl"
 CELL_RECORD = "train.json"
+CELL_RECORD_BYTES = 1 << 20  # (the runner's is a few KB; a data set of that name is not read)
 # torch's format before 1.6 (fairseq's 2018-19 hub models): pickles of this number, the protocol
 # and the system's sizes, then the object, then the storages' bytes
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
@@ -123,22 +124,37 @@ class Direction(NamedTuple):
 
 def _records(checkpoint):
     """(path, record) of every record our drivers kept beside ``checkpoint`` (STARTS_RECORD in its
-    directory, CELL_RECORD in the one above); unreadable lines and files are skipped."""
-    folder = os.path.dirname(os.path.abspath(checkpoint))
-    for path, lines in ((os.path.join(folder, STARTS_RECORD), True),
-                        (os.path.join(os.path.dirname(folder), CELL_RECORD), False)):
+    directory, CELL_RECORD in the one above: the runner's, holding a training_key; a file of that
+    name over CELL_RECORD_BYTES is someone else's), beside the file a link points to too.
+    Unreadable lines and files are skipped."""
+    folders = dict.fromkeys(os.path.dirname(way(checkpoint)) for way in (os.path.abspath, os.path.realpath))
+    for folder in folders:
+        for line in _lines(os.path.join(folder, STARTS_RECORD)):
+            yield STARTS_RECORD, line
+        cell = os.path.join(os.path.dirname(folder), CELL_RECORD)
         try:
-            with open(path, encoding="utf-8") as handle:
-                texts = handle.read().splitlines() if lines else [handle.read()]
-        except (OSError, UnicodeDecodeError):
+            small = os.path.getsize(cell) <= CELL_RECORD_BYTES
+        except OSError:
             continue
-        for text in texts:
-            try:
-                record = json.loads(text)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                yield path, record
+        for record in (_lines(cell, whole=True) if small else ()):
+            if "training_key" in record:
+                yield CELL_RECORD, record
+
+
+def _lines(path, whole=False):
+    """The JSON objects of a file, one per line (or the file as one with ``whole``); the lines that
+    are none (not JSON, too deep, not an object, not UTF-8) are skipped."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for text in [handle.read()] if whole else handle:
+                try:
+                    record = json.loads(text)
+                except (ValueError, RecursionError):
+                    continue
+                if isinstance(record, dict):
+                    yield record
+    except OSError:
+        return
 
 
 def recorded_direction(checkpoint, trained_on) -> Optional[Direction]:
@@ -148,11 +164,11 @@ def recorded_direction(checkpoint, trained_on) -> Optional[Direction]:
     if not isinstance(trained_on, str) or not trained_on:
         return None
     found = {}
-    for path, record in _records(checkpoint):
+    for name, record in _records(checkpoint):
         languages = record.get("languages")
         if (record.get("data") == trained_on and isinstance(languages, list) and len(languages) == 2
                 and all(isinstance(lang, str) and lang for lang in languages)):
-            found.setdefault(tuple(languages), os.path.basename(path))
+            found.setdefault(tuple(languages), name)
     if len(found) != 1:
         return None
     (src, tgt), name = next(iter(found.items()))

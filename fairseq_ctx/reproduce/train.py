@@ -329,9 +329,22 @@ def language_choice(cmd):
     that directory's file names give, in the order fairseq meets them (its first listed)."""
     argv = fairseq_train_argv(cmd)
     data = argv[0].split(os.pathsep)[0]
-    src = option_value(argv, "--source-lang") or option_value(argv, "-s")
-    tgt = option_value(argv, "--target-lang") or option_value(argv, "-t")
+    src, tgt = named_languages(argv[1:])
     return data, ((src, tgt) if src and tgt else None), language_pairs_in(data)
+
+
+def named_languages(words):
+    """(--source-lang, --target-lang) as fairseq-train's parser takes them from ``words`` (either
+    spelling, the last given, '-sde' as '-s de'), None for one not given (or not parsed: fairseq
+    names that error itself)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("-s", "--source-lang")
+    parser.add_argument("-t", "--target-lang")
+    try:
+        named, _ = parser.parse_known_args(words)
+    except (argparse.ArgumentError, SystemExit):  # ('-s' with no value)
+        return None, None
+    return named.source_lang, named.target_lang
 
 
 def trained_pair(cmd):
@@ -819,14 +832,15 @@ def direction_change(checkpoint, cmd, options_change):
     stored options compare None with None when the data's direction changed (both directions
     prepared, the other's --data given with the same --save-dir; with a joined dictionary the
     tensors fit); and -s / -t given at one start only is no change where fairseq infers the same.
-    Where either direction is not known: ``options_change``, the stored options' comparison."""
+    Where either direction is not known: ``options_change``, the stored options' comparison.
+    -> (the changes, where the checkpoint's direction was read, for a message; None where not)."""
     from ..evaluation.direction import trained_direction
 
     then, now = trained_direction(checkpoint, fairseq_train_argv(cmd)[0]), trained_pair(cmd)
     if then is None or then.guessed or now is None:
-        return options_change
-    return [(name, was, is_now) for name, was, is_now in zip(("source_lang", "target_lang"), then[:2], now)
-            if was != is_now]
+        return options_change, None
+    return ([(name, was, is_now) for name, was, is_now in zip(("source_lang", "target_lang"), then[:2], now)
+             if was != is_now], f"{then.src} -> {then.tgt}, {then.whence}")
 
 
 def _say_resumption(args, cmd, world, dry_run=False):
@@ -857,7 +871,7 @@ def _say_resumption(args, cmd, world, dry_run=False):
             print(f"train: warning: the options were not compared with the checkpoint's: {error}", file=sys.stderr,
                   flush=True)
         return {**record, "not_compared": str(error)}
-    changed["data"] = direction_change(resumption["checkpoint"], cmd, changed["data"])
+    changed["data"], trained_in = direction_change(resumption["checkpoint"], cmd, changed["data"])
     decisive = changed["model"] + changed["data"]
     refused = [c for c in decisive if allowed is not None and c[0] not in allowed]
     if say and allowed:
@@ -866,10 +880,11 @@ def _say_resumption(args, cmd, world, dry_run=False):
             print(f"train: warning: --allow-changed-options names {', '.join(unknown)}: not changed (or not "
                   "an option compared); nothing allowed for it", file=sys.stderr, flush=True)
     if refused and resumption["optimizer_resumed"]:
+        trained_in = trained_in if any(c[0] in ("source_lang", "target_lang") for c in refused) else None
         print(f"train: {resumption['checkpoint']} was trained with other model options (or language direction) "
-              f"than this command's: "
-              f"{describe_options_changed(refused)}; resuming would go on training another model from it "
-              f"(another config in this --save-dir?). Use another --save-dir, or --allow-changed-options "
+              f"than this command's: {describe_options_changed(refused)}"
+              + (f" (trained {trained_in})" if trained_in else "") + "; resuming would go on training another "
+              f"model from it (another config in this --save-dir?). Use another --save-dir, or --allow-changed-options "
               f"{','.join(c[0] for c in refused)} to resume with the change (on every node)"
               + ("" if dry_run else "; nothing was started"), file=sys.stderr, flush=True)
         sys.exit(REFUSED_RESUMPTION)
