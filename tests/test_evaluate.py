@@ -717,9 +717,11 @@ def test_the_direction_our_training_recorded_is_read_where_its_data_is_not_here(
             str(files / "out")]
     line = _fails(capsys, [*base, "--src", "en", "--tgt", "de"])
     assert "was trained de -> en (recorded in train_starts.jsonl when it was trained on /cluster" in line, line
-    # another training's record (other data), an unreadable line, a start that names no languages: not read
-    record.write_text("not json\n" + json.dumps({"data": "/cluster/other/bin", "languages": ["en", "de"]}) + "\n"
-                      + json.dumps(start) + "\n" + record.read_text())
+    # another training's record (other data), lines that are no record, a start that names no (or an
+    # empty) language: not read
+    record.write_text("not json\n[]\n1\n" + json.dumps({"data": "/cluster/other/bin", "languages": ["en", "de"]})
+                      + "\n" + json.dumps(start) + "\n" + json.dumps(start | {"languages": ["", "de"]}) + "\n"
+                      + record.read_text())
     assert trained_direction(checkpoint, str(files / "bin"))[:2] == ("de", "en")
     # starts on the same data that disagree (its files changed between starts): none taken
     train.record_start(str(cell / "checkpoints"), {**start, "languages": ["en", "de"]})
@@ -734,6 +736,9 @@ def test_the_direction_our_training_recorded_is_read_where_its_data_is_not_here(
     (files / "links").mkdir()
     (files / "links" / "model.pt").symlink_to(checkpoint)
     assert trained_direction(str(files / "links" / "model.pt"), str(files / "bin"))[:2] == ("de", "en")
+    (files / "links" / train.STARTS_RECORD).write_text(json.dumps(start | {"languages": ["en", "fr"]}))
+    assert trained_direction(str(files / "links" / "model.pt"), str(files / "bin")).guessed  # and beside the link
+    (files / "links" / train.STARTS_RECORD).unlink()
     for other in ({**cell_record, "data": "/cluster/data/bin-2"},  # another training's
                   {"data": "/cluster/data/bin", "languages": ["de", "en"]},  # not the runner's (a data set?)
                   {**cell_record, "padding": "x" * (1 << 20)}):  # too big to be the runner's: not read

@@ -326,7 +326,7 @@ def test_another_language_direction_is_refused(tmp_path, capsys):
     assert "--source-lang: zh in the checkpoint, en now" in message and "--target-lang: en in the checkpoint, zh now" in message
 
 
-def test_a_resumption_on_data_of_the_other_direction_is_refused_where_fairseq_infers_it(tmp_path, capsys):
+def test_a_resumption_on_data_of_the_other_direction_is_refused_where_fairseq_infers_it(tmp_path, capsys, monkeypatch):
     """Neither fairseq-ctx-train nor the tables name the languages: fairseq infers them, and the
     stored options compared None with None, so the same --save-dir given the other direction's
     data (a joined dictionary: the tensors fit) resumed and trained the reverse without a word. The
@@ -348,9 +348,9 @@ def test_a_resumption_on_data_of_the_other_direction_is_refused_where_fairseq_in
         torch.save({**state, "cfg": {**state["cfg"], "task": {"source_lang": None, "target_lang": None,
                                                                 "data": str(tmp_path / "bin"), **task}}}, last)
 
-    def resume(data, *extra):
-        train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / data), "--save-dir", str(tmp_path / "ck"),
-                    "--dry-run", "--", *extra])
+    def resume(data, *extra, own=()):
+        train.main(["yang2019/both.args", "cpu", "--data", str(tmp_path / data), "--save-dir",
+                    str(tmp_path / "ck"), "--dry-run", *own, "--", *extra])
         return capsys.readouterr().err
 
     trained()
@@ -366,6 +366,9 @@ def test_a_resumption_on_data_of_the_other_direction_is_refused_where_fairseq_in
     with pytest.raises(SystemExit):
         resume("bin-rev")
     assert "--source-lang: zh in the checkpoint, en now" in capsys.readouterr().err
+    allowed = resume("bin-rev", own=["--allow-changed-options", "source_lang,target_lang"])
+    assert "--target-lang: en in the checkpoint, zh now (trained zh -> en, recorded in train_starts.jsonl" in allowed
+    assert "options than" not in resume("bin")  # known then, not now (no data here): not compared
     os.remove(tmp_path / "ck" / train.STARTS_RECORD)  # nothing tells: the stored options' comparison (None, None)
     assert "options than" not in resume("bin-rev")
     # trained with -s zh -t en, resumed without them where fairseq infers zh -> en: no change
@@ -378,6 +381,15 @@ def test_a_resumption_on_data_of_the_other_direction_is_refused_where_fairseq_in
     with pytest.raises(SystemExit):
         resume("bin-rev")
     assert "(trained zh -> en, named in its training options)" in capsys.readouterr().err
+    # not known (a relative training path, resumed from elsewhere, no record): naming the pair fairseq
+    # infers from this data is no change; naming another is (the stored options' comparison)
+    trained(data="bin")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert "options than" not in resume("bin", "-s", "zh", "-t", "en")
+    with pytest.raises(SystemExit):
+        resume("bin", "-s", "en", "-t", "zh")
+    assert "--source-lang: None in the checkpoint, en now" in capsys.readouterr().err
 
 
 def test_options_build_model_changes_are_compared_as_built(tmp_path, capsys):

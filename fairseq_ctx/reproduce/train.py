@@ -832,12 +832,17 @@ def direction_change(checkpoint, cmd, options_change):
     stored options compare None with None when the data's direction changed (both directions
     prepared, the other's --data given with the same --save-dir; with a joined dictionary the
     tensors fit); and -s / -t given at one start only is no change where fairseq infers the same.
-    Where either direction is not known: ``options_change``, the stored options' comparison.
+    Where either direction is not known: ``options_change``, the stored options' comparison, less
+    languages named now where the stored ones are empty and fairseq would infer the same here.
     -> (the changes, where the checkpoint's direction was read, for a message; None where not)."""
     from ..evaluation.direction import trained_direction
 
+    _, named, pairs = language_choice(cmd)
     then, now = trained_direction(checkpoint, fairseq_train_argv(cmd)[0]), trained_pair(cmd)
     if then is None or then.guessed or now is None:
+        if named and pairs == [named]:  # naming what fairseq infers from this data changes nothing
+            options_change = [c for c in options_change if not (c[0] in ("source_lang", "target_lang")
+                                                                and c[1] is None)]
         return options_change, None
     return ([(name, was, is_now) for name, was, is_now in zip(("source_lang", "target_lang"), then[:2], now)
              if was != is_now], f"{then.src} -> {then.tgt}, {then.whence}")
@@ -880,10 +885,10 @@ def _say_resumption(args, cmd, world, dry_run=False):
             print(f"train: warning: --allow-changed-options names {', '.join(unknown)}: not changed (or not "
                   "an option compared); nothing allowed for it", file=sys.stderr, flush=True)
     if refused and resumption["optimizer_resumed"]:
-        trained_in = trained_in if any(c[0] in ("source_lang", "target_lang") for c in refused) else None
+        says_direction = trained_in and any(c[0] in ("source_lang", "target_lang") for c in refused)
         print(f"train: {resumption['checkpoint']} was trained with other model options (or language direction) "
               f"than this command's: {describe_options_changed(refused)}"
-              + (f" (trained {trained_in})" if trained_in else "") + "; resuming would go on training another "
+              + (f" (trained {trained_in})" if says_direction else "") + "; resuming would go on training another "
               f"model from it (another config in this --save-dir?). Use another --save-dir, or --allow-changed-options "
               f"{','.join(c[0] for c in refused)} to resume with the change (on every node)"
               + ("" if dry_run else "; nothing was started"), file=sys.stderr, flush=True)
@@ -894,6 +899,7 @@ def _say_resumption(args, cmd, world, dry_run=False):
             if what:
                 print(f"train: warning: resuming with other {kind} options than the checkpoint's: "
                       f"{describe_options_changed(what)}"
+                      + (f" (trained {trained_in})" if kind == "data" and trained_in else "")
                       + (" (the loaded weights replace what they initialise)" if kind == "start" else
                          ": from here on another training than the checkpoint's"), file=sys.stderr, flush=True)
     return {**record, "options_changed": changed}
