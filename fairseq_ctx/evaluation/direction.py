@@ -123,7 +123,7 @@ class Direction(NamedTuple):
 
 
 def _records(checkpoint):
-    """(path, record) of every record our drivers kept beside ``checkpoint`` (STARTS_RECORD in its
+    """(file name, record) of every record our drivers kept beside ``checkpoint`` (STARTS_RECORD in its
     directory, CELL_RECORD in the one above: the runner's, holding a training_key; a file of that
     name over CELL_RECORD_BYTES is someone else's), beside the file a link points to too.
     Unreadable lines and files are skipped."""

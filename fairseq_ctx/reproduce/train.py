@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..checkpoint_repair import LAST, finished_at, repair_before_resuming, stored_updates, written_to_the_end
-from ..evaluation.direction import STARTS_RECORD, language_pairs_in
+from ..evaluation.direction import STARTS_RECORD, language_pairs_in, trained_direction
 from ..paths import CONFIGS, config_path, python_env
 from ..paths import IMPORT_ROOT as ROOT  # noqa: F401  (runner: child processes run from there)
 from ..paths import PACKAGE_DIR as USER_DIR
@@ -356,9 +356,10 @@ def trained_pair(cmd):
 
 def training_direction(cmd):
     """What a record of fairseq-train ``cmd`` keeps of its direction: {"data": its data argument as
-    fairseq stores it in every checkpoint, "languages": [src, tgt] or None (trained_pair)}. Neither
-    this driver nor the tables name the languages, so the checkpoint's cfg holds none; the
-    evaluation reads them here (evaluation/direction.py) where the training data is not."""
+    fairseq stores it in every checkpoint, "languages": [src, tgt] or None (trained_pair)}. Unless
+    given -s / -t after '--', neither this driver nor the tables name the languages, so the
+    checkpoint's cfg holds none; the evaluation reads them here (evaluation/direction.py) where the
+    training data is not."""
     pair = trained_pair(cmd)
     return {"data": fairseq_train_argv(cmd)[0], "languages": list(pair) if pair else None}
 
@@ -835,10 +836,8 @@ def direction_change(checkpoint, cmd, options_change):
     Where either direction is not known: ``options_change``, the stored options' comparison, less
     languages named now where the stored ones are empty and fairseq would infer the same here.
     -> (the changes, where the checkpoint's direction was read, for a message; None where not)."""
-    from ..evaluation.direction import trained_direction
-
     _, named, pairs = language_choice(cmd)
-    then, now = trained_direction(checkpoint, fairseq_train_argv(cmd)[0]), trained_pair(cmd)
+    then, now = trained_direction(checkpoint, fairseq_train_argv(cmd)[0]), named or (pairs[0] if pairs else None)
     if then is None or then.guessed or now is None:
         if named and pairs == [named]:  # naming what fairseq infers from this data changes nothing
             options_change = [c for c in options_change if not (c[0] in ("source_lang", "target_lang")
