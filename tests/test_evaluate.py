@@ -758,3 +758,51 @@ def test_the_direction_our_training_recorded_is_read_where_its_data_is_not_here(
     # the languages as fairseq-train's parser takes them: the last of either spelling, '-sde' as '-s de'
     for named_now in (["--source-lang", "en", "-s", "de", "-t", "en"], ["-sde", "-ten"], ["-s", "de", "--target-lang=en"]):
         assert train.trained_pair(["python", "-m", "fairseq_cli.train", "bin", *named_now]) == ("de", "en")
+
+
+def test_an_average_kept_apart_from_its_checkpoints_is_read_in_the_direction_they_were_trained(files, capsys):
+    """The evaluation keeps its average of the last N in its --out-dir, away from the records beside
+    the checkpoints (fairseq-ctx-train's starts record, the cell's train.json): evaluated again there
+    or copied alone, the reverse direction was only a warning. The average records the direction
+    in itself; a direction the checkpoint's options name, or one not known, is not recorded."""
+    import torch
+
+    from fairseq_ctx.evaluation import average
+    from fairseq_ctx.evaluation.direction import AVERAGE_RECORD, trained_direction
+    from fairseq_ctx.reproduce import train
+
+    (files / "bin" / "test.en-de.en.idx").write_text("")  # the evaluation's data: a guess would say en -> de
+    unnamed = {"source_lang": None, "target_lang": None, "data": "/cluster/data/bin"}
+    for n in (1, 2):
+        _checkpoint(files / "ckpts" / f"checkpoint_1_{n}00.pt", unnamed)
+    train.record_start(str(files / "ckpts"), {"event": "start", "data": "/cluster/data/bin", "languages": ["de", "en"]})
+    kept = files / "out" / "average_last2.pt"
+    kept.parent.mkdir()
+    average.main(["--save-dir", str(files / "ckpts"), "--last", "2", "--output", str(kept)])
+    whence = "recorded in this average of checkpoints: recorded in train_starts.jsonl when it was trained on /cluster/data/bin"
+    assert trained_direction(str(kept), str(files / "bin")) == ("de", "en", whence, False)
+    line = _fails(capsys, ["--data", str(files / "bin"), "--path", str(kept), "--ref", str(files / "ref"),
+                           "--out-dir", str(files / "out"), "--src", "en", "--tgt", "de"])
+    assert f"was trained de -> en ({whence})" in line, line
+    # an average of the average keeps it (its checkpoints' records are not beside it either)
+    (files / "out" / "checkpoint_1_300.pt").write_bytes(kept.read_bytes())
+    again = files / "again.pt"
+    average.main(["--save-dir", str(files / "out"), "--last", "1", "--output", str(again)])
+    assert trained_direction(str(again), str(files / "bin"))[:2] == ("de", "en")
+    # a record of another training's data (the average's own cfg says which): not read
+    state = torch.load(kept, weights_only=False)
+    state[AVERAGE_RECORD]["data"] = "/cluster/other/bin"
+    torch.save(state, kept)
+    assert trained_direction(str(kept), str(files / "bin")).guessed
+    (files / "out" / "checkpoint_1_300.pt").write_bytes(kept.read_bytes())  # and not kept by its average
+    average.main(["--save-dir", str(files / "out"), "--last", "1", "--output", str(again), "--overwrite"])
+    assert AVERAGE_RECORD not in torch.load(again, weights_only=False)
+    # nothing recorded where the checkpoints' direction is not known here, or their options name it
+    (files / "ckpts" / train.STARTS_RECORD).unlink()
+    average.main(["--save-dir", str(files / "ckpts"), "--last", "2", "--output", str(kept), "--overwrite"])
+    assert AVERAGE_RECORD not in torch.load(kept, weights_only=False)
+    for n in (1, 2):
+        _checkpoint(files / "ckpts" / f"checkpoint_1_{n}00.pt", {**unnamed, "source_lang": "en", "target_lang": "de"})
+    average.main(["--save-dir", str(files / "ckpts"), "--last", "2", "--output", str(kept), "--overwrite"])
+    assert AVERAGE_RECORD not in torch.load(kept, weights_only=False)
+    assert trained_direction(str(kept), str(files / "bin"))[:3] == ("en", "de", "named in its training options")

@@ -117,6 +117,18 @@ def test_evaluate_averages_checks_every_sentence_and_scores_with_significance(di
                          "--baseline-hyp", os.path.join(out["base"], "hyp.detok.en")])
     result = json.load(open(os.path.join(out["avg"], "result.json")))
     assert result["averaged"] == ["checkpoint_1_2.pt", "checkpoint_1_4.pt"]
+    # the average it kept (fairseq-generate loaded it) holds the direction its checkpoints' record gave:
+    # copied alone, the reverse is refused
+    alone = tmp / "alone"
+    alone.mkdir()
+    shutil.copy(os.path.join(out["avg"], "average_last2.pt"), alone / "average_last2.pt")
+    refused = subprocess.run(common[:2] + ["--data", str(tiny_corpus / "bin"), "--src", "en", "--tgt", "zh", "--ref",
+                                           str(tiny_corpus / "raw" / "test.zh"), "--path", str(alone / "average_last2.pt"),
+                                           "--out-dir", str(tmp / "reversed")], capture_output=True, text=True,
+                             env=cli_env(), cwd=ROOT)
+    assert refused.returncode == 2 and ("was trained zh -> en (recorded in this average of checkpoints: recorded in "
+                                        f"train_starts.jsonl when it was trained on {tiny_corpus / 'bin'})"
+                                        ) in refused.stderr, refused.stderr
     assert result["sentences"] == TINY_TEST_SENTENCES  # not a multiple of 8: nothing dropped
     assert len(open(os.path.join(out["avg"], "hyp.detok.en")).read().splitlines()) == TINY_TEST_SENTENCES
     assert result["sacrebleu"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")

@@ -111,7 +111,24 @@ def average_checkpoints(paths):
         averaged[key] = (value / len(paths)).to(dtype) if value.is_floating_point() else value
     new_state["model"] = averaged
     new_state.pop("last_optimizer_state", None)  # not resumable, and large
+    _keep_direction(new_state, paths[-1])
     return new_state
+
+
+def _keep_direction(state, last):
+    """Record in the average ``state`` the direction its last checkpoint ``last`` was trained in, where
+    that is read from beside it (our drivers' records, its training data here) and its cfg names
+    none (fairseq-ctx-train and the tables name none): the average is kept apart from those
+    records (in an evaluation's --out-dir, or copied alone), where the reverse direction would be
+    evaluated with no more than a warning (evaluation/direction.py)."""
+    from .direction import AVERAGE_RECORD, NAMED_IN_OPTIONS, stored_task, trained_direction
+
+    state.pop(AVERAGE_RECORD, None)
+    trained = trained_direction(last)  # (given no evaluation data: never a guess)
+    if trained is None or trained.whence == NAMED_IN_OPTIONS:
+        return
+    data = (stored_task(last) or {}).get("data")
+    state[AVERAGE_RECORD] = {"data": data, "languages": [trained.src, trained.tgt], "whence": trained.whence}
 
 
 def average_last(save_dir, n, output, by="auto"):

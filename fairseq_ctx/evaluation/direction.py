@@ -26,6 +26,11 @@ _PLAIN = {("collections", "OrderedDict"), ("collections", "defaultdict"), ("coll
 STARTS_RECORD = "train_starts.jsonl"
 CELL_RECORD = "train.json"
 CELL_RECORD_BYTES = 1 << 20  # (the runner's is a few KB; a data set of that name is not read)
+# the record an average of checkpoints keeps in itself (evaluation/average.py): the direction its
+# last checkpoint was trained in, as read then ({"data", "languages", "whence"}), so that the
+# average, kept in an evaluation's --out-dir or copied alone, is read as its checkpoints were
+AVERAGE_RECORD = "fairseq_ctx_trained_direction"
+NAMED_IN_OPTIONS = "named in its training options"  # (a Direction's whence)
 # torch's format before 1.6 (fairseq's 2018-19 hub models): pickles of this number, the protocol
 # and the system's sizes, then the object, then the storages' bytes
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
@@ -64,10 +69,9 @@ class _CfgUnpickler(pickle.Unpickler):
         return None
 
 
-def stored_task(checkpoint) -> Optional[dict]:
-    """The task options a fairseq checkpoint was trained with ({"source_lang", "target_lang",
-    "data", ...}), or None where the file is no torch checkpoint (zip format, or the format before
-    torch 1.6) holding them."""
+def _stored_state(checkpoint) -> Optional[dict]:
+    """The top level of a torch checkpoint (zip format, or the format before torch 1.6), tensors
+    and other objects as stand-ins; None where the file is none."""
     try:
         if zipfile.is_zipfile(checkpoint):
             with zipfile.ZipFile(checkpoint) as archive:
@@ -85,7 +89,15 @@ def stored_task(checkpoint) -> Optional[dict]:
                 state = unpickler.load()
     except Exception:  # noqa: BLE001  (unreadable or another format: nothing to compare)
         return None
-    if not isinstance(state, dict):
+    return state if isinstance(state, dict) else None
+
+
+def stored_task(checkpoint, state=None) -> Optional[dict]:
+    """The task options a fairseq checkpoint was trained with ({"source_lang", "target_lang",
+    "data", ...}), or None where the file is no torch checkpoint (zip format, or the format before
+    torch 1.6) holding them. ``state``: the checkpoint's, where already read (_stored_state)."""
+    state = _stored_state(checkpoint) if state is None else state
+    if state is None:
         return None
     cfg = state.get("cfg")
     task = cfg.get("task") if isinstance(cfg, dict) else None
@@ -157,6 +169,17 @@ def _lines(path, whole=False):
         return
 
 
+def _recorded_languages(record, trained_on):
+    """(src, tgt) of ``record`` where it is of a training on ``trained_on`` and names both; else None."""
+    if not isinstance(record, dict):
+        return None
+    languages = record.get("languages")
+    if (record.get("data") == trained_on and isinstance(languages, list) and len(languages) == 2
+            and all(isinstance(lang, str) and lang for lang in languages)):
+        return tuple(languages)
+    return None
+
+
 def recorded_direction(checkpoint, trained_on) -> Optional[Direction]:
     """The direction our training drivers recorded for the training that wrote ``checkpoint``:
     their records beside it (_records) of a training on ``trained_on`` (the data argument stored
@@ -165,10 +188,9 @@ def recorded_direction(checkpoint, trained_on) -> Optional[Direction]:
         return None
     found = {}
     for name, record in _records(checkpoint):
-        languages = record.get("languages")
-        if (record.get("data") == trained_on and isinstance(languages, list) and len(languages) == 2
-                and all(isinstance(lang, str) and lang for lang in languages)):
-            found.setdefault(tuple(languages), name)
+        languages = _recorded_languages(record, trained_on)
+        if languages:
+            found.setdefault(languages, name)
     if len(found) != 1:
         return None
     (src, tgt), name = next(iter(found.items()))
@@ -176,18 +198,24 @@ def recorded_direction(checkpoint, trained_on) -> Optional[Direction]:
 
 
 def trained_direction(checkpoint, data=None) -> Optional[Direction]:
-    """The direction ``checkpoint`` was trained in: the languages its cfg names; else those our
+    """The direction ``checkpoint`` was trained in: the languages its cfg names; else, for an
+    average of checkpoints, the direction it recorded in itself (AVERAGE_RECORD); else those our
     training drivers recorded beside it (recorded_direction: fairseq-ctx-train and the tables name
     none, fairseq infers them); else the pair fairseq inferred from its training data directory,
     where that is known to be the one stored (an absolute path present here, or the evaluation's
     ``data`` itself: fairseq stores a relative path as typed, relative to a working directory not
     recorded); else the pair of ``data`` (a guess); None where none is known."""
-    task = stored_task(checkpoint)
+    state = _stored_state(checkpoint)
+    task = stored_task(checkpoint, state) if state is not None else None
     if task is None:
         return None
     src, tgt, trained_on = (task.get(key) for key in ("source_lang", "target_lang", "data"))
     if isinstance(src, str) and isinstance(tgt, str) and src and tgt:
-        return Direction(src, tgt, "named in its training options", False)
+        return Direction(src, tgt, NAMED_IN_OPTIONS, False)
+    averaged = state.get(AVERAGE_RECORD)
+    languages = _recorded_languages(averaged, trained_on) if isinstance(trained_on, str) and trained_on else None
+    if languages:
+        return Direction(*languages, f"recorded in this average of checkpoints: {averaged.get('whence')}", False)
     recorded = recorded_direction(checkpoint, trained_on)
     if recorded:
         return recorded

@@ -403,10 +403,8 @@ def mixed_pairs(cell) -> Optional[str]:
     several = train_mod.several_pairs(cell.train_cmd)
     if several is None:
         return None
-    data, pairs = several
-    return (f"{data} holds files of {len(pairs)} language pairs ({', '.join(sorted('-'.join(p) for p in pairs))}): "
-            f"fairseq-train would train the pair of the first file it lists; the table needs a directory of "
-            f"{cell.column.src}-{cell.column.tgt} alone")
+    return (f"{several[0]}: fairseq-train would train the pair of the first file it lists; the table needs a "
+            f"directory of {cell.column.src}-{cell.column.tgt} alone")
 
 
 def preflight(cells, options, param_counts=None) -> List[str]:
@@ -474,14 +472,13 @@ def provenance(cell, setting, smoke):
 
 
 def trained_languages(cell):
-    """[src, tgt] as the cell's fairseq-train takes them (train.trained_pair), kept in train.json: the
+    """[src, tgt] as the cell's fairseq-train takes them (train.training_direction), kept in train.json: the
     tables name no languages, so the checkpoints hold none, and the evaluation reads them there
     (evaluation/direction.py) wherever the data directory is not."""
     try:
-        pair = train_mod.trained_pair(cell.train_cmd)
+        return train_mod.training_direction(cell.train_cmd)["languages"]
     except ValueError:  # a command with no fairseq-train entry (a test's stand-in): none taken
         return None
-    return list(pair) if pair else None
 
 
 # -- running -------------------------------------------------------------------------------------

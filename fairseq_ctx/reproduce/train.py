@@ -385,11 +385,15 @@ def data_problem(cmd):
 
 
 def several_pairs(cmd):
-    """The language pairs of fairseq-train ``cmd``'s data directory where it leaves the direction
-    to chance (no languages named, files of several pairs: both directions binarised into one;
-    fairseq trains the pair of the first file it lists), else None. -> (data, pairs)."""
+    """Where fairseq-train ``cmd`` leaves the direction to chance (no languages named, files of
+    several pairs in its data directory: both directions binarised into one; fairseq trains the
+    pair of the first file it lists): ("DATA holds files of N language pairs (a-b, b-a)", the pair
+    fairseq takes here); else None."""
     data, named, pairs = language_choice(cmd)
-    return (data, pairs) if named is None and len(pairs) > 1 else None
+    if named is not None or len(pairs) < 2:
+        return None
+    listing = ", ".join(sorted("-".join(pair) for pair in pairs))
+    return f"{data} holds files of {len(pairs)} language pairs ({listing})", pairs[0]
 
 
 def language_pair_warning(cmd):
@@ -397,10 +401,9 @@ def language_pair_warning(cmd):
     several = several_pairs(cmd)
     if several is None:
         return None
-    data, pairs = several
-    return (f"{data} holds files of {len(pairs)} language pairs ({', '.join(sorted('-'.join(p) for p in pairs))}): "
-            f"fairseq trains the pair of the first file it lists ({'-'.join(pairs[0])} here; on another file system "
-            "perhaps another); pass --source-lang and --target-lang after '--'")
+    held, first = several
+    return (f"{held}: fairseq trains the pair of the first file it lists ({'-'.join(first)} here; "
+            "on another file system perhaps another); pass --source-lang and --target-lang after '--'")
 
 
 def missing_prepared_files(data, src, tgt, subsets):
