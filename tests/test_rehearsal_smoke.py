@@ -59,8 +59,11 @@ def test_wang_table2_big_rows_against_transformer_big_in_german_and_french(resul
         assert all(re.match(r"^\d+\.\d\d", cells[label]) for label in ("TRANSFORMER-BASE", "TRANSFORMER-BIG", "+ DEEP (TAM)"))
     assert "significantly better than TRANSFORMER-BIG" in out and "for + DEEP (TAM)" in out
     assert "reproduce wang2019_table2: 6 of 6 cells ok" in out
-    de = next(r for d, r in results_json(results) if "wmt14-en-de" in d)
+    de_dir, de = next((d, r) for d, r in results_json(results) if "wmt14-en-de" in d)
     assert de["tokenized"]["compound_split"] is True and len(de["averaged"]) == 5
+    # the average it kept holds the direction its checkpoints were trained in (read away from them)
+    direction = trained_direction(os.path.join(de_dir, "average_last5.pt"))
+    assert direction[:2] == ("en", "de") and "recorded in this average of checkpoints" in direction.whence
     assert de["provenance"]["effective_batch_tokens"] == 1024 and de["provenance"]["git_commit"]
     assert {"command", "torch", "fairseq", "hardware", "setting"} <= set(de["provenance"])
 
@@ -90,6 +93,17 @@ def test_iida_table2_japanese_targets_sentencepiece_and_2_to_2(results, tmp_path
     shutil.copy(os.path.join(cell, "train.json"), copied / "train.json")
     direction = trained_direction(str(copied / "checkpoints" / "checkpoint_best.pt"))
     assert direction[:2] == ("en", "ja") and "recorded in train.json" in direction.whence
+    # and in the starts record the runner keeps beside the checkpoints from the start on (a cell
+    # stopped or still training has no train.json)
+    with open(os.path.join(cell, "train.json"), encoding="utf-8") as handle:
+        key = json.load(handle)["training_key"]
+    with open(os.path.join(cell, "checkpoints", "train_starts.jsonl"), encoding="utf-8") as handle:
+        starts = [json.loads(line) for line in handle]
+    assert [(s["event"], s["training_key"], s["languages"]) for s in starts] == [("start", key, ["en", "ja"])]
+    os.remove(copied / "train.json")
+    shutil.copy(os.path.join(cell, "checkpoints", "train_starts.jsonl"), copied / "checkpoints")
+    direction = trained_direction(str(copied / "checkpoints" / "checkpoint_best.pt"))
+    assert direction[:2] == ("en", "ja") and "recorded in train_starts.jsonl" in direction.whence
 
 
 @IIDA_TABLES

@@ -13,7 +13,7 @@ otherwise.
     <results>/<hardware tag>/<config>-<key>/<data>[-<bin>]/   (e.g. p40-8x4096x1-fp32: setting, processes x
                                                               tokens x update-freq, precision)
         train.log  train.json (provenance, written when training finished; "resumptions": fairseq_ctx/resumptions.py)  train.lock (flock held while training: fairseq_ctx/run_lock.py)
-        checkpoints/ (with checkpoint_repairs.json when a cut-off checkpoint_last.pt was replaced)  eval/<subset>-<evaluation key>/{result.json, hyp.detok.<tgt>, generate.out, eval.log}
+        checkpoints/ (train_starts.jsonl: a line per start of its fairseq-train, with its data and languages; checkpoint_repairs.json when a cut-off checkpoint_last.pt was replaced)  eval/<subset>-<evaluation key>/{result.json, hyp.detok.<tgt>, generate.out, eval.log}
 
 Significance marks are computed when the table is assembled, from the hypotheses of the
 row and of ITS baseline (Row.baseline, else the table's), so the order in which cells
@@ -481,6 +481,20 @@ def trained_languages(cell):
         return None
 
 
+def record_training_start(cell, started):
+    """A line in the cell's checkpoint directory (train.STARTS_RECORD, as fairseq-ctx-train keeps) at
+    each start of its fairseq-train: its data and the direction fairseq infers, beside the
+    checkpoints from the first one on (train.json comes when the training finishes; a cell stopped
+    or still training has none). The evaluation reads either (evaluation/direction.py)."""
+    try:
+        direction = train_mod.training_direction(cell.train_cmd)
+    except ValueError:  # a command with no fairseq-train entry (a test's stand-in): nothing to record
+        return
+    os.makedirs(cell.checkpoint_dir, exist_ok=True)
+    train_mod.record_start(cell.checkpoint_dir, {"event": "start", "by": "fairseq-ctx-reproduce", "started": started,
+                                                 "training_key": cell.key, "command": cell.train_cmd, **direction})
+
+
 # -- running -------------------------------------------------------------------------------------
 
 
@@ -566,6 +580,7 @@ def run_cell(cell, setting, smoke, env, train_only=False):
                 code = 0
             else:
                 started_at = os.path.getsize(log) if os.path.exists(log) else 0
+                record_training_start(cell, record["started"])
                 code = _run_logged(cell.train_cmd, log, env)
                 if code:
                     with open(log, encoding="utf-8", errors="replace") as handle:
