@@ -784,11 +784,37 @@ def test_an_average_kept_apart_from_its_checkpoints_is_read_in_the_direction_the
     line = _fails(capsys, ["--data", str(files / "bin"), "--path", str(kept), "--ref", str(files / "ref"),
                            "--out-dir", str(files / "out"), "--src", "en", "--tgt", "de"])
     assert f"was trained de -> en ({whence})" in line, line
-    # an average of the average keeps it (its checkpoints' records are not beside it either)
+    # an average of the average keeps it (its checkpoints' records are not beside it either), as it was read
     (files / "out" / "checkpoint_1_300.pt").write_bytes(kept.read_bytes())
     again = files / "again.pt"
     average.main(["--save-dir", str(files / "out"), "--last", "1", "--output", str(again)])
-    assert trained_direction(str(again), str(files / "bin"))[:2] == ("de", "en")
+    assert trained_direction(str(again), str(files / "bin")) == ("de", "en", whence, False)
+    # an average someone put in the --save-dir is not what the evaluation of that directory reads
+    # (its paper's checkpoint there, else the first of the training's checkpoints)
+    foreign = files / "foreign"
+    foreign.mkdir()
+    for n in (1, 2):
+        _checkpoint(foreign / f"checkpoint_1_{n}00.pt", {**unnamed, "data": "/cluster/en-de/bin"})
+    train.record_start(str(foreign), {"event": "start", "data": "/cluster/en-de/bin", "languages": ["en", "de"]})
+    (foreign / "average_last2.pt").write_bytes(kept.read_bytes())
+    assert trained_direction(str(foreign / "average_last2.pt"))[:2] == ("de", "en")
+    args = command.parse(["--data", str(files / "bin"), "--save-dir", str(foreign), "--average-last", "2", "--ref",
+                          str(files / "ref"), "--out-dir", str(files / "out-2"), "--src", "en", "--tgt", "de"])
+    assert args.save_dir == str(foreign)
+    # checkpoints of two trainings in different directions averaged: warned of, nothing recorded
+    _checkpoint(foreign / "checkpoint_1_300.pt", unnamed)  # trained de -> en (the record of /cluster/data/bin)
+    train.record_start(str(foreign), {"event": "start", "data": "/cluster/data/bin", "languages": ["de", "en"]})
+    capsys.readouterr()
+    average.main(["--save-dir", str(foreign), "--last", "3", "--output", str(again), "--overwrite"])
+    assert "trained in different directions (checkpoint_1_200.pt en -> de, checkpoint_1_300.pt de -> en)" in \
+        capsys.readouterr().err
+    assert AVERAGE_RECORD not in torch.load(again, weights_only=False)
+    average.main(["--save-dir", str(foreign), "--last", "2", "--output", str(again), "--overwrite"])  # (1_100 out)
+    assert "different directions" in capsys.readouterr().err
+    os.remove(foreign / "checkpoint_1_300.pt")
+    average.main(["--save-dir", str(foreign), "--last", "2", "--output", str(again), "--overwrite"])
+    assert "different directions" not in capsys.readouterr().err
+    assert torch.load(again, weights_only=False)[AVERAGE_RECORD]["languages"] == ["en", "de"]
     # a record of another training's data (the average's own cfg says which): not read
     state = torch.load(kept, weights_only=False)
     state[AVERAGE_RECORD]["data"] = "/cluster/other/bin"

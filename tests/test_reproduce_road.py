@@ -676,8 +676,18 @@ def test_on_several_nodes_node_0_trains_every_cell_before_evaluating(tmp_path, m
         return 0 if calls[-1] == "train" else 1
 
     monkeypatch.setattr(runner, "_run_logged", fake_run)
+    os.makedirs(cells[0].bin_dir)
+    (pathlib.Path(cells[0].bin_dir) / "train.zh-en.zh.idx").write_text("")
     runner.run_cells(cells, "cao", False)
     assert calls[:len(cells)] == ["train"] * len(cells) and set(calls[len(cells):]) == {"eval"}
+    # each start recorded beside the checkpoints before fairseq-train runs: the direction it infers
+    # (the evaluation reads it there while train.json is not written), its key, command and data
+    for cell in cells:
+        with open(os.path.join(cell.checkpoint_dir, train.STARTS_RECORD), encoding="utf-8") as handle:
+            (start,) = [json.loads(line) for line in handle]
+        assert start["languages"] == (["zh", "en"] if cell.bin_dir == cells[0].bin_dir else None)
+        assert (start["event"], start["by"], start["training_key"], start["command"], start["data"]) == (
+            "start", "fairseq-ctx-reproduce", cell.key, cell.train_cmd, cell.bin_dir) and start["start_id"]
 
 
 # a stand-in for a torchrun worker (`python -m fairseq_ctx.reproduce.distributed_entry`): it

@@ -20,8 +20,7 @@ import sys
 import torch
 
 
-# the names fairseq-train gives its checkpoints (with --checkpoint-suffix before ".pt")
-TRAINING_CHECKPOINT = re.compile(r"checkpoint(_last|_best|\.best_|\d+|_\d+_\d+)[^/]*\.pt")
+from .direction import TRAINING_CHECKPOINT  # noqa: F401  (the names fairseq-train gives its checkpoints)
 
 
 def last_checkpoints(save_dir, n, by="auto"):
@@ -111,24 +110,32 @@ def average_checkpoints(paths):
         averaged[key] = (value / len(paths)).to(dtype) if value.is_floating_point() else value
     new_state["model"] = averaged
     new_state.pop("last_optimizer_state", None)  # not resumable, and large
-    _keep_direction(new_state, paths[-1])
+    _keep_direction(new_state, paths)
     return new_state
 
 
-def _keep_direction(state, last):
-    """Record in the average ``state`` the direction its last checkpoint ``last`` was trained in, where
-    that is read from beside it (our drivers' records, its training data here) and its cfg names
-    none (fairseq-ctx-train and the tables name none): the average is kept apart from those
-    records (in an evaluation's --out-dir, or copied alone), where the reverse direction would be
-    evaluated with no more than a warning (evaluation/direction.py)."""
-    from .direction import AVERAGE_RECORD, NAMED_IN_OPTIONS, stored_task, trained_direction
+def _keep_direction(state, paths):
+    """Record in the average ``state`` (its last checkpoint's) the direction its checkpoints ``paths``
+    were trained in, where that is read from beside them (our drivers' records, the training data
+    here) and the cfg names none (fairseq-ctx-train and the tables name none): the average is kept
+    apart from those records (in an evaluation's --out-dir, or copied alone), where the reverse
+    direction would be evaluated with no more than a warning (evaluation/direction.py). Checkpoints
+    of different directions (two trainings in one directory): warned of, nothing recorded."""
+    from .direction import AVERAGE_RECORD, AVERAGED, NAMED_IN_OPTIONS, stored_task, trained_direction
 
     state.pop(AVERAGE_RECORD, None)
-    trained = trained_direction(last)  # (given no evaluation data: never a guess)
+    read = [trained_direction(path) for path in paths]  # (given no evaluation data: never a guess)
+    known = {(d.src, d.tgt): path for d, path in zip(read, paths) if d is not None}
+    if len(known) > 1:
+        print(f"average: warning: the checkpoints averaged were trained in different directions ("
+              + ", ".join(f"{os.path.basename(path)} {src} -> {tgt}" for (src, tgt), path in known.items())
+              + "): an average of different trainings; no direction recorded in it", file=sys.stderr, flush=True)
+        return
+    trained = read[-1]
     if trained is None or trained.whence == NAMED_IN_OPTIONS:
         return
-    data = (stored_task(last) or {}).get("data")
-    state[AVERAGE_RECORD] = {"data": data, "languages": [trained.src, trained.tgt], "whence": trained.whence}
+    state[AVERAGE_RECORD] = {"data": (stored_task(paths[-1], state) or {}).get("data"),
+                             "languages": [trained.src, trained.tgt], "whence": trained.whence.removeprefix(AVERAGED)}
 
 
 def average_last(save_dir, n, output, by="auto"):

@@ -342,11 +342,16 @@ def check_direction(args, parser):
     """--src / --tgt against the direction the checkpoint was trained in: the reverse is refused
     (with a joined dictionary fairseq-generate runs it and it scores like a bad model), other
     languages are said. The checkpoint read: --path, else the paper's file in --save-dir, else the
-    first checkpoint there (an average of the last N is one training's)."""
-    from .direction import trained_direction
+    first of the training's checkpoints there (an average of the last N is one training's; a file of
+    another name, an average someone put there, need not be)."""
+    from .direction import TRAINING_CHECKPOINT, trained_direction
 
-    candidates = [args.path] if args.path else [os.path.join(args.save_dir, args.checkpoint),
-                                                *sorted(glob.glob(os.path.join(glob.escape(args.save_dir), "*.pt")))]
+    if args.path:
+        candidates = [args.path]
+    else:
+        candidates = [os.path.join(args.save_dir, args.checkpoint),
+                      *sorted(path for path in glob.glob(os.path.join(glob.escape(args.save_dir), "*.pt"))
+                              if TRAINING_CHECKPOINT.fullmatch(os.path.basename(path)))]
     checkpoint = next((path for path in candidates if os.path.isfile(path)), None)
     trained = trained_direction(checkpoint, args.data) if checkpoint else None
     if trained is None or (args.src, args.tgt) == trained[:2]:

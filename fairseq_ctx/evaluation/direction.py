@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import pickle
+import re
 import zipfile
 from typing import NamedTuple, Optional, Tuple
 
@@ -31,6 +32,9 @@ CELL_RECORD_BYTES = 1 << 20  # (the runner's is a few KB; a data set of that nam
 # average, kept in an evaluation's --out-dir or copied alone, is read as its checkpoints were
 AVERAGE_RECORD = "fairseq_ctx_trained_direction"
 NAMED_IN_OPTIONS = "named in its training options"  # (a Direction's whence)
+AVERAGED = "recorded in this average of checkpoints: "  # (a Direction's whence begins so)
+# the names fairseq-train gives its checkpoints (with --checkpoint-suffix before ".pt")
+TRAINING_CHECKPOINT = re.compile(r"checkpoint(_last|_best|\.best_|\d+|_\d+_\d+)[^/]*\.pt")
 # torch's format before 1.6 (fairseq's 2018-19 hub models): pickles of this number, the protocol
 # and the system's sizes, then the object, then the storages' bytes
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
@@ -215,7 +219,7 @@ def trained_direction(checkpoint, data=None) -> Optional[Direction]:
     averaged = state.get(AVERAGE_RECORD)
     languages = _recorded_languages(averaged, trained_on) if isinstance(trained_on, str) and trained_on else None
     if languages:
-        return Direction(*languages, f"recorded in this average of checkpoints: {averaged.get('whence')}", False)
+        return Direction(*languages, f"{AVERAGED}{averaged.get('whence')}", False)
     recorded = recorded_direction(checkpoint, trained_on)
     if recorded:
         return recorded

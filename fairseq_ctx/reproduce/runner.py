@@ -481,17 +481,18 @@ def trained_languages(cell):
         return None
 
 
-def record_training_start(cell, started):
-    """A line in the cell's checkpoint directory (train.STARTS_RECORD, as fairseq-ctx-train keeps) at
-    each start of its fairseq-train: its data and the direction fairseq infers, beside the
-    checkpoints from the first one on (train.json comes when the training finishes; a cell stopped
-    or still training has none). The evaluation reads either (evaluation/direction.py)."""
+def record_training_start(cell):
+    """A start line in the cell's checkpoint directory (train.STARTS_RECORD, as fairseq-ctx-train
+    writes; no end line: train.json says how the training ended) at each start of its
+    fairseq-train: its key, command, data and the direction fairseq infers, beside the checkpoints
+    from the first one on (train.json comes when the training finishes; a cell stopped or still
+    training has none). The evaluation reads either (evaluation/direction.py)."""
     try:
         direction = train_mod.training_direction(cell.train_cmd)
     except ValueError:  # a command with no fairseq-train entry (a test's stand-in): nothing to record
         return
     os.makedirs(cell.checkpoint_dir, exist_ok=True)
-    train_mod.record_start(cell.checkpoint_dir, {"event": "start", "by": "fairseq-ctx-reproduce", "started": started,
+    train_mod.record_start(cell.checkpoint_dir, {"event": "start", **train_mod.new_start(), "by": "fairseq-ctx-reproduce",
                                                  "training_key": cell.key, "command": cell.train_cmd, **direction})
 
 
@@ -580,7 +581,7 @@ def run_cell(cell, setting, smoke, env, train_only=False):
                 code = 0
             else:
                 started_at = os.path.getsize(log) if os.path.exists(log) else 0
-                record_training_start(cell, record["started"])
+                record_training_start(cell)
                 code = _run_logged(cell.train_cmd, log, env)
                 if code:
                     with open(log, encoding="utf-8", errors="replace") as handle:

@@ -683,6 +683,11 @@ def _utc_now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def new_start():
+    """What identifies a start in STARTS_RECORD: its id (the line of its end has the same) and time."""
+    return {"start_id": uuid.uuid4().hex, "started": _utc_now()}
+
+
 def _jsonable(value):
     """``value`` as strict JSON takes it: tuples and lists as lists, inf / nan as strings, any other
     object (an Enum, an omegaconf container's repr) as its str."""
@@ -754,8 +759,7 @@ def _train_recorded(args, cmd, world, resumed):
     -> the exit status (0 for an exit at shutdown after the training finished)."""
     recording = args.node_rank == 0
     last = os.path.join(args.save_dir, LAST)
-    before, start_id = _file_state(last), uuid.uuid4().hex
-    start = {"start_id": start_id, "started": _utc_now()}
+    before, start = _file_state(last), new_start()
     ended = []
 
     def end(**what):
