@@ -90,6 +90,28 @@ def test_baselines_by_family():
     assert pair(["t=--arch transformer"], ["c=--arch transformer_cross_agg"])[2] == []
 
 
+def test_a_big_arch_is_timed_against_the_stock_big_transformer():
+    """--dims base keeps a *_big arch's sizes (1024 / 4096 / 16 heads): paired with the base
+    Transformer (the family rule read only lstm*), its ratios counted the Big model's size as the
+    mechanism's cost."""
+    pair = bench_cli.pair_systems
+    baselines, systems, lines = pair(["t=--arch transformer", "big=--arch transformer_vaswani_wmt_en_de_big"],
+                                     ["c=--arch transformer_context_aware", "cb=--arch transformer_context_aware_big",
+                                      "sb=--arch=transformer_sentential_big", "t2t=--arch transformer_wmt_en_de_big_t2t"])
+    assert systems == ["c@t=--arch transformer_context_aware", "cb@big=--arch transformer_context_aware_big",
+                       "sb@big=--arch=transformer_sentential_big", "t2t@big=--arch transformer_wmt_en_de_big_t2t"]
+    assert lines == ["baselines by model family (no @BASELINE): c -> t, cb -> big, sb -> big, t2t -> big"]
+    baselines, systems, lines = pair([], ["xb=--arch transformer_cross_agg_big", "x=--arch transformer_cross_agg"])
+    assert baselines == ["transformer=--arch transformer", "transformer_big=--arch transformer_vaswani_wmt_en_de_big"]
+    assert systems == ["xb@transformer_big=--arch transformer_cross_agg_big", "x@transformer=--arch transformer_cross_agg"]
+    assert pair([], ["xb=--arch transformer_cross_agg_big"])[0] == [
+        "transformer_big=--arch transformer_vaswani_wmt_en_de_big"]
+    # no big baseline given: the first, with a warning
+    _, systems, lines = pair(["t=--arch transformer"], ["xb=--arch transformer_cross_agg_big"])
+    assert systems == ["xb@t=--arch transformer_cross_agg_big"] and lines[0].startswith(
+        "warning: xb (transformer_big family) is compared with t")
+
+
 def test_without_baseline_the_stock_arch_of_each_family_is_assumed_and_said():
     # fault: transformer=--arch transformer was inserted silently, lstm_multihop measured against it
     pair = bench_cli.pair_systems

@@ -29,11 +29,12 @@ multi-hop LSTM to the stock LSTM):
 ``NAME=ARGS``: ARGS are fairseq-train model options (parsed by fairseq's own training
 parser with ``--user-dir fairseq_ctx``). Which baseline a system is compared with: the one
 its name names (``NAME@BASELINE``), else the first baseline of its model family (an
-``--arch lstm*`` is of the lstm family, any other arch of the transformer family, as in
-fairseq-ctx-quality-compare), else the first baseline (with a warning). Without
-``--baseline`` the stock archs of the systems' families are assumed
-(``transformer=--arch transformer``, ``lstm=--arch lstm``; only the transformer when there
-is no system), and a line on stderr says so. ``--dims tiny`` / ``base`` sets the sizes per
+``--arch lstm*`` is of the lstm family, as in fairseq-ctx-quality-compare; a ``*_big`` arch
+of the transformer_big family; any other arch of the transformer family), else the first
+baseline (with a warning). Without ``--baseline`` the stock archs of the systems' families
+are assumed (``transformer=--arch transformer``, ``lstm=--arch lstm``,
+``transformer_big=--arch transformer_vaswani_wmt_en_de_big``; only the transformer when
+there is no system), and a line on stderr says so. ``--dims tiny`` / ``base`` sets the sizes per
 model family (transformer-like / lstm-like), the same for systems and baselines; options
 given in ARGS win. See fairseq_ctx/benchmarking/ and docs/notes/benchmark.md for the method.
 (In a checkout, ``scripts/benchmark.py`` is the same command.)
@@ -47,8 +48,10 @@ so does a failed memory measurement (the other columns are reported). Exit statu
 system measured.
 """
 
-# the stock baseline of each model family, assumed when no --baseline is given
-STOCK_BASELINES = {"transformer": "transformer=--arch transformer", "lstm": "lstm=--arch lstm"}
+# the stock baseline of each model family, assumed when no --baseline is given (our *_big archs
+# are fairseq's transformer_vaswani_wmt_en_de_big plus what they add)
+STOCK_BASELINES = {"transformer": "transformer=--arch transformer", "lstm": "lstm=--arch lstm",
+                   "transformer_big": "transformer_big=--arch transformer_vaswani_wmt_en_de_big"}
 
 
 def arch_of(args: str) -> Optional[str]:
@@ -63,9 +66,14 @@ def arch_of(args: str) -> Optional[str]:
 
 
 def family_of(args: str) -> str:
-    """lstm for an ``--arch lstm*``, else transformer (fairseq-ctx-quality-compare's rule)."""
-    arch = arch_of(args)
-    return "lstm" if arch and arch.startswith("lstm") else "transformer"
+    """lstm for an ``--arch lstm*`` (fairseq-ctx-quality-compare's rule); transformer_big for a
+    Transformer-Big arch (``*_big``, ``*_big_t2t``: fairseq's and ours), whose sizes --dims base
+    keeps (1024 / 4096 / 16 heads), so that it is not timed against the base Transformer; else
+    transformer."""
+    arch = arch_of(args) or ""
+    if arch.startswith("lstm"):
+        return "lstm"
+    return "transformer_big" if arch.endswith(("_big", "_big_t2t")) else "transformer"
 
 
 def pair_systems(baselines: Sequence[str], systems: Sequence[str]) -> Tuple[List[str], List[str], List[str]]:
