@@ -13,10 +13,12 @@ There is no pooled bootstrap over the seeds' concatenated outputs: it would resa
 source sentence's outputs from different seeds as independent sentences and give too small
 a p; the seed-level statistics below are the test across seeds.
 
-Baselines: a config whose ``--arch`` is a stock fairseq arch (``transformer``, ``lstm``)
-is a baseline; another config is compared with the baseline of its family (arch name
-starting with ``lstm`` -> the lstm baseline, else the transformer one). Override with
-``--pair SYSTEM=BASELINE`` (config names without ``.args``).
+Baselines: a config whose ``--arch`` is a stock fairseq arch (``transformer``, ``lstm``, a
+Transformer-Big such as ``transformer_vaswani_wmt_en_de_big``) is a baseline; another config
+is compared with the baseline of its family (arch name starting with ``lstm`` -> the lstm
+baseline; ending ``_big`` -> the Transformer-Big one, none where no stock Big is among the
+configs; else the transformer one). Override with ``--pair SYSTEM=BASELINE`` (config names
+without ``.args``).
 
 Seed-level statistics (fairseq_ctx/analysis/seed_statistics.py), beside the bootstraps:
 per system, the seed-paired mean BLEU difference with its 95 % t confidence interval, a
@@ -155,7 +157,10 @@ from .reproduce.train import EXACT_RESUME_TASK, RESUMPTION_BREAKERS, option_valu
 
 DEMO = PAPER_DEFAULTS["demo"]  # evaluated with the demo's settings
 
-STOCK_ARCHS = {"transformer": "transformer", "lstm": "lstm"}  # arch -> family
+# arch -> family (family_of): fairseq's stock archs a system is compared with
+STOCK_ARCHS = {"transformer": "transformer", "lstm": "lstm",
+               **dict.fromkeys(("transformer_vaswani_wmt_en_de_big", "transformer_vaswani_wmt_en_fr_big",
+                                "transformer_wmt_en_de_big", "transformer_wmt_en_de_big_t2t"), "transformer_big")}
 TRANSLATIONS = ("hyps", "valid_hyps")  # a run's outputs (test, valid at the last update): kept out of reports
 
 
@@ -169,7 +174,12 @@ def arch_of(args):
 
 
 def family_of(arch):
-    return "lstm" if arch.startswith("lstm") else "transformer"
+    """The family whose stock baseline an arch is compared with: lstm for lstm*; transformer_big for
+    a Transformer-Big arch (*_big, *_big_t2t: fairseq's; ours are transformer_vaswani_wmt_en_de_big
+    plus what they add), not to be compared with the base Transformer; else transformer."""
+    if arch.startswith("lstm"):
+        return "lstm"
+    return "transformer_big" if arch.endswith(("_big", "_big_t2t")) else "transformer"
 
 
 def assign_baselines(configs, pairs=None):

@@ -39,6 +39,13 @@ def test_assign_and_override(qc):
     assert b == {"00-t": None, "05-l": None, "06-m": "05-l", "01-c": "00-t", "02-t2": "00-t"}
     b = qc.assign_baselines(configs, ["01-c=02-t2"])
     assert b["01-c"] == "02-t2"
+    # a Transformer-Big arch with a stock Big, never with the base Transformer
+    big = {**configs, "03-cb": ["--arch", "transformer_context_aware_big"], "07-s": ["--arch=transformer_sentential_big"]}
+    without = qc.assign_baselines(big)  # no stock Big among them: no baseline (a warning says so)
+    assert without == {**qc.assign_baselines(configs), "03-cb": None, "07-s": None}
+    big["04-tb"] = ["--arch", "transformer_vaswani_wmt_en_de_big"]
+    b = qc.assign_baselines(big)
+    assert (b["03-cb"], b["07-s"], b["04-tb"], b["01-c"]) == ("04-tb", "04-tb", None, "00-t")
     with pytest.raises(ValueError):
         qc.assign_baselines(configs, ["01-c=nope"])
 

@@ -9,6 +9,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from ..atomic import atomic_write
+from ..quality_compare import family_of as arch_family
 from .report import markdown_report, write_json
 from .run import MINIMUM as MINIMUM_OF_FIELD
 from .run import BenchConfig, run_benchmark
@@ -66,14 +67,10 @@ def arch_of(args: str) -> Optional[str]:
 
 
 def family_of(args: str) -> str:
-    """lstm for an ``--arch lstm*`` (fairseq-ctx-quality-compare's rule); transformer_big for a
-    Transformer-Big arch (``*_big``, ``*_big_t2t``: fairseq's and ours), whose sizes --dims base
-    keeps (1024 / 4096 / 16 heads), so that it is not timed against the base Transformer; else
-    transformer."""
-    arch = arch_of(args) or ""
-    if arch.startswith("lstm"):
-        return "lstm"
-    return "transformer_big" if arch.endswith(("_big", "_big_t2t")) else "transformer"
+    """The model family of a NAME=ARGS spec's arch, as fairseq-ctx-quality-compare reads it: lstm,
+    transformer_big (a *_big arch keeps its 1024 / 4096 / 16-head sizes under --dims base: not to
+    be timed against the base Transformer) or transformer."""
+    return arch_family(arch_of(args) or "")
 
 
 def pair_systems(baselines: Sequence[str], systems: Sequence[str]) -> Tuple[List[str], List[str], List[str]]:
