@@ -15,10 +15,11 @@ a p; the seed-level statistics below are the test across seeds.
 
 Baselines: a config whose ``--arch`` is a stock fairseq arch (``transformer``, ``lstm``, a
 Transformer-Big such as ``transformer_vaswani_wmt_en_de_big``) is a baseline; another config
-is compared with the baseline of its family (arch name starting with ``lstm`` -> the lstm
-baseline; ending ``_big`` -> the Transformer-Big one, none where no stock Big is among the
-configs; else the transformer one). Override with ``--pair SYSTEM=BASELINE`` (config names
-without ``.args``).
+is compared with the baseline of its family (fairseq_ctx/families.py: arch name starting with
+``lstm`` -> the lstm baseline; a Transformer-Big, ``transformer*_big`` -> the stock Big one,
+``transformer_vaswani_wmt_en_de_big`` first, none where no stock Big is among the configs;
+else the transformer one). Override with ``--pair SYSTEM=BASELINE`` (config names without
+``.args``).
 
 Seed-level statistics (fairseq_ctx/analysis/seed_statistics.py), beside the bootstraps:
 per system, the seed-paired mean BLEU difference with its 95 % t confidence interval, a
@@ -150,6 +151,7 @@ from .checkpoint_repair import (
     written_to_the_end,
 )
 from .evaluation.defaults import PAPER_DEFAULTS
+from .families import FAMILY_ARCH, STOCK_ARCHS, family_of, first_of_family
 from .paths import CONFIGS, PACKAGE_DIR, TATOEBA_SCRIPT, WORK_DIR, script_env
 from .resumptions import resumptions_in_log
 from .run_lock import RunInUse, RunLock, held_fds
@@ -157,10 +159,6 @@ from .reproduce.train import EXACT_RESUME_TASK, RESUMPTION_BREAKERS, option_valu
 
 DEMO = PAPER_DEFAULTS["demo"]  # evaluated with the demo's settings
 
-# arch -> family (family_of): fairseq's stock archs a system is compared with
-STOCK_ARCHS = {"transformer": "transformer", "lstm": "lstm",
-               **dict.fromkeys(("transformer_vaswani_wmt_en_de_big", "transformer_vaswani_wmt_en_fr_big",
-                                "transformer_wmt_en_de_big", "transformer_wmt_en_de_big_t2t"), "transformer_big")}
 TRANSLATIONS = ("hyps", "valid_hyps")  # a run's outputs (test, valid at the last update): kept out of reports
 
 
@@ -173,22 +171,24 @@ def arch_of(args):
     raise ValueError(f"no --arch in {args}")
 
 
-def family_of(arch):
-    """The family whose stock baseline an arch is compared with: lstm for lstm*; transformer_big for
-    a Transformer-Big arch (*_big, *_big_t2t: fairseq's; ours are transformer_vaswani_wmt_en_de_big
-    plus what they add), not to be compared with the base Transformer; else transformer."""
-    if arch.startswith("lstm"):
-        return "lstm"
-    return "transformer_big" if arch.endswith(("_big", "_big_t2t")) else "transformer"
+def baseline_warnings(configs, baselines):
+    """What a reader of the comparison should know of its pairs (assign_baselines): a system with no
+    baseline, or one compared with a stock arch other than the one its family's systems are built
+    on (a Transformer-Big system with transformer_wmt_en_de_big_t2t, pre-norm with dropout 0.1:
+    the difference mixes those settings with the mechanism)."""
+    for name, base in baselines.items():
+        arch = arch_of(configs[name])
+        if base is None and arch not in STOCK_ARCHS:
+            yield f"{name} has no baseline among the selected configs"
+        elif base is not None and arch not in STOCK_ARCHS and arch_of(configs[base]) != FAMILY_ARCH[family_of(arch)]:
+            yield (f"{name} ({arch}) is compared with {base} ({arch_of(configs[base])}), not with the stock arch "
+                   f"its family is built on ({FAMILY_ARCH[family_of(arch)]})")
 
 
 def assign_baselines(configs, pairs=None):
     """configs: {name: args}. Returns {name: baseline name or None (a baseline)}."""
-    base_of_family = {}
-    for name in sorted(configs):
-        arch = arch_of(configs[name])
-        if arch in STOCK_ARCHS:
-            base_of_family.setdefault(STOCK_ARCHS[arch], name)
+    base_of_family = first_of_family([(name, arch_of(configs[name])) for name in sorted(configs)
+                                      if arch_of(configs[name]) in STOCK_ARCHS])
     out = {}
     for name in configs:
         arch = arch_of(configs[name])
@@ -2252,9 +2252,8 @@ def main(argv=None, train_fn=train, eval_fn=evaluate, train_loss_fn=train_set_lo
     missing = {b for b in baselines.values() if b and b not in configs}
     if missing:
         p.error(f"baselines {missing} are not among the selected configs")
-    for n, b in baselines.items():
-        if b is None and arch_of(configs[n]) not in STOCK_ARCHS:
-            print(f"[quality] warning: {n} has no baseline among the selected configs", file=sys.stderr)
+    for line in baseline_warnings(configs, baselines):
+        print(f"[quality] warning: {line}", file=sys.stderr)
     common_path = a.common or os.path.join(a.config_dir, "train.common")
     if not os.path.isfile(common_path):
         p.error(f"no training settings file {common_path}: "

@@ -106,6 +106,10 @@ def test_a_big_arch_is_timed_against_the_stock_big_transformer():
     assert systems == ["xb@transformer_big=--arch transformer_cross_agg_big", "x@transformer=--arch transformer_cross_agg"]
     assert pair([], ["xb=--arch transformer_cross_agg_big"])[0] == [
         "transformer_big=--arch transformer_vaswani_wmt_en_de_big"]
+    # the Big that ours are built on first, whatever the order
+    _, systems, _ = pair(["t=--arch transformer", "t2t=--arch transformer_wmt_en_de_big_t2t",
+                          "big=--arch transformer_vaswani_wmt_en_de_big"], ["cb=--arch transformer_context_aware_big"])
+    assert systems == ["cb@big=--arch transformer_context_aware_big"]
     # no big baseline given: the first, with a warning
     _, systems, lines = pair(["t=--arch transformer"], ["xb=--arch transformer_cross_agg_big"])
     assert systems == ["xb@t=--arch transformer_cross_agg_big"] and lines[0].startswith(

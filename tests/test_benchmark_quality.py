@@ -43,9 +43,26 @@ def test_assign_and_override(qc):
     big = {**configs, "03-cb": ["--arch", "transformer_context_aware_big"], "07-s": ["--arch=transformer_sentential_big"]}
     without = qc.assign_baselines(big)  # no stock Big among them: no baseline (a warning says so)
     assert without == {**qc.assign_baselines(configs), "03-cb": None, "07-s": None}
-    big["04-tb"] = ["--arch", "transformer_vaswani_wmt_en_de_big"]
+    assert list(qc.baseline_warnings(big, without)) == ["03-cb has no baseline among the selected configs",
+                                                        "07-s has no baseline among the selected configs"]
+    for stock in ("transformer_vaswani_wmt_en_fr_big", "transformer_wmt_en_de_big", "transformer_wmt_en_de_big_t2t"):
+        b = qc.assign_baselines({**big, "04-tb": ["--arch", stock]})
+        assert (b["03-cb"], b["07-s"], b["04-tb"], b["01-c"]) == ("04-tb", "04-tb", None, "00-t"), stock
+        assert list(qc.baseline_warnings({**big, "04-tb": ["--arch", stock]}, b)) == [
+            f"03-cb (transformer_context_aware_big) is compared with 04-tb ({stock}), not with the stock arch its "
+            "family is built on (transformer_vaswani_wmt_en_de_big)",
+            f"07-s (transformer_sentential_big) is compared with 04-tb ({stock}), not with the stock arch its family "
+            "is built on (transformer_vaswani_wmt_en_de_big)"]
+    # a stock arch compared with another of its family: not ours, nothing said
+    two = {"04-tb": ["--arch", "transformer_wmt_en_de_big_t2t"], "05-tb": ["--arch", "transformer_wmt_en_de_big"]}
+    assert list(qc.baseline_warnings(two, qc.assign_baselines(two))) == []
+    # the one ours are built on first, whatever the names' order; the other stock Big compared with it
+    big.update({"04-tb": ["--arch", "transformer_wmt_en_de_big_t2t"], "09-tb": ["--arch", "transformer_vaswani_wmt_en_de_big"]})
     b = qc.assign_baselines(big)
-    assert (b["03-cb"], b["07-s"], b["04-tb"], b["01-c"]) == ("04-tb", "04-tb", None, "00-t")
+    assert (b["03-cb"], b["07-s"], b["04-tb"], b["09-tb"], b["01-c"]) == ("09-tb", "09-tb", "09-tb", None, "00-t")
+    assert list(qc.baseline_warnings(big, b)) == []
+    # not a Transformer-Big: a LightConv Big is of no Transformer's family
+    assert qc.assign_baselines({**big, "08-lc": ["--arch", "lightconv_wmt_en_de_big"]})["08-lc"] == "00-t"
     with pytest.raises(ValueError):
         qc.assign_baselines(configs, ["01-c=nope"])
 

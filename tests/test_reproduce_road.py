@@ -688,6 +688,8 @@ def test_on_several_nodes_node_0_trains_every_cell_before_evaluating(tmp_path, m
         assert start["languages"] == (["zh", "en"] if cell.bin_dir == cells[0].bin_dir else None)
         assert (start["event"], start["by"], start["training_key"], start["command"], start["data"]) == (
             "start", "fairseq-ctx-reproduce", cell.key, cell.train_cmd, cell.bin_dir) and start["start_id"]
+        with open(os.path.join(cell.train_dir, "train.json"), encoding="utf-8") as handle:
+            assert json.load(handle)["start_id"] == start["start_id"]  # which start the finished record is of
 
 
 # a stand-in for a torchrun worker (`python -m fairseq_ctx.reproduce.distributed_entry`): it

@@ -9,7 +9,8 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from ..atomic import atomic_write
-from ..quality_compare import family_of as arch_family
+from ..families import family_of as arch_family
+from ..families import first_of_family as first_baselines
 from .report import markdown_report, write_json
 from .run import MINIMUM as MINIMUM_OF_FIELD
 from .run import BenchConfig, run_benchmark
@@ -94,9 +95,7 @@ def pair_systems(baselines: Sequence[str], systems: Sequence[str]) -> Tuple[List
                 raise ValueError(f"system {s.name!r} has the name of the assumed baseline "
                                  f"{STOCK_BASELINES[s.name]!r} (no --baseline was given): rename it, or give --baseline")
     names = [b.name for b in base_specs]
-    first_of_family = {}
-    for b in base_specs:
-        first_of_family.setdefault(family_of(b.args), b.name)
+    first_of_family = first_baselines([(b.name, arch_of(b.args) or "") for b in base_specs])
     chosen = []
     for s in sys_specs:
         if s.baseline is None:
@@ -129,10 +128,12 @@ def get_parser():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--baseline", action="append", default=[], metavar="NAME=ARGS",
                    help="a stock baseline (repeatable). Default: the stock arch of each system's family "
-                        "(transformer=--arch transformer, lstm=--arch lstm), said on stderr")
+                        "(transformer=--arch transformer, lstm=--arch lstm, transformer_big=--arch "
+                        "transformer_vaswani_wmt_en_de_big), said on stderr")
     p.add_argument("--system", action="append", default=[], metavar="NAME[@BASELINE]=ARGS",
                    help="a system (repeatable, distinct names), compared with BASELINE, else with the first "
-                        "baseline of its family (--arch lstm*: lstm; others: transformer), else the first")
+                        "baseline of its family (--arch lstm*: lstm; transformer*_big: transformer_big; others: "
+                        "transformer), else the first")
     p.add_argument("--dims", choices=sorted(DIM_OVERRIDES), default="tiny")
     p.add_argument("--src-lens", type=int, nargs="+", default=[20, 50, 100],
                    help="source lengths in tokens, EOS included (each >= 2; default 20 50 100)")

@@ -103,7 +103,7 @@ def run_benchmark(specs: List[SystemSpec], cfg: BenchConfig, data_dir: str = "/n
             fail(s.name, "build")
             continue
         b = built[s.name]
-        log(f"[bench] built {s.name}: arch={b.args.arch} family={b.family} params={b.n_params:,}")
+        log(f"[bench] built {s.name}: arch={b.args.arch} dims family={b.family} params={b.n_params:,}")
         results["systems"][s.name] = {
             "args": s.args, "baseline": s.baseline, "is_baseline": s.is_baseline,
             "arch": b.args.arch, "family": b.family, "params": b.n_params,

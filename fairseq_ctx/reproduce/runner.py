@@ -486,14 +486,17 @@ def record_training_start(cell):
     writes; no end line: train.json says how the training ended) at each start of its
     fairseq-train: its key, command, data and the direction fairseq infers, beside the checkpoints
     from the first one on (train.json comes when the training finishes; a cell stopped or still
-    training has none). The evaluation reads either (evaluation/direction.py)."""
+    training has none). The evaluation reads either (evaluation/direction.py). -> the line's
+    start_id (train.json keeps the last one's), None where nothing was recorded."""
     try:
         direction = train_mod.training_direction(cell.train_cmd)
     except ValueError:  # a command with no fairseq-train entry (a test's stand-in): nothing to record
-        return
+        return None
     os.makedirs(cell.checkpoint_dir, exist_ok=True)
-    train_mod.record_start(cell.checkpoint_dir, {"event": "start", **train_mod.new_start(), "by": "fairseq-ctx-reproduce",
+    start = train_mod.new_start()
+    train_mod.record_start(cell.checkpoint_dir, {"event": "start", **start, "by": "fairseq-ctx-reproduce",
                                                  "training_key": cell.key, "command": cell.train_cmd, **direction})
+    return start["start_id"]
 
 
 # -- running -------------------------------------------------------------------------------------
@@ -581,7 +584,7 @@ def run_cell(cell, setting, smoke, env, train_only=False):
                 code = 0
             else:
                 started_at = os.path.getsize(log) if os.path.exists(log) else 0
-                record_training_start(cell)
+                record["start_id"] = record_training_start(cell)  # (its line in the starts record)
                 code = _run_logged(cell.train_cmd, log, env)
                 if code:
                     with open(log, encoding="utf-8", errors="replace") as handle:
