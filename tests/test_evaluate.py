@@ -469,6 +469,10 @@ def test_average_checkpoints_command_with_too_few_is_one_message(files, capsys):
         with pytest.raises(SystemExit) as exit_info:
             average.main(["--save-dir", str(files / "ckpts"), "--last", last, "--output", str(files / "avg.pt")])
         assert exit_info.value.code == 2 and f"--last {last}: average at least one" in capsys.readouterr().err
+    for where in ("ckpts/checkpoint_1_100.pt", "nowhere"):  # a file, or nothing there: one line (a traceback)
+        with pytest.raises(SystemExit) as exit_info:
+            average.main(["--save-dir", str(files / where), "--last", "1", "--output", str(files / "avg.pt")])
+        assert exit_info.value.code == 2 and "no such directory" in capsys.readouterr().err, where
         assert not (files / "avg.pt").exists()
 
 
@@ -811,6 +815,15 @@ def test_an_average_kept_apart_from_its_checkpoints_is_read_in_the_direction_the
     assert AVERAGE_RECORD not in torch.load(again, weights_only=False)
     average.main(["--save-dir", str(foreign), "--last", "2", "--output", str(again), "--overwrite"])  # (1_100 out)
     assert "different directions" in capsys.readouterr().err
+    # the evaluation of the last N of such a directory reads the newest of them (not the first there)
+    evaluate = ["--data", str(files / "bin"), "--save-dir", str(foreign), "--ref", str(files / "ref"), "--out-dir",
+                str(files / "out-2")]
+    assert command.parse([*evaluate, "--average-last", "1", "--src", "de", "--tgt", "en"]).average_last == 1
+    assert "was trained de -> en" in _fails(capsys, [*evaluate, "--average-last", "1", "--src", "en", "--tgt", "de"])
+    assert "was trained en -> de" in _fails(capsys, [*evaluate, "--average-last", "0", "--src", "de", "--tgt", "en"])
+    # a checkpoint file given as --save-dir: one line (it was a traceback when its average was made)
+    evaluate[evaluate.index("--save-dir") + 1] = str(foreign / "checkpoint_1_100.pt")
+    assert "not a directory" in _fails(capsys, [*evaluate, "--average-last", "2", "--src", "en", "--tgt", "de"])
     os.remove(foreign / "checkpoint_1_300.pt")
     average.main(["--save-dir", str(foreign), "--last", "2", "--output", str(again), "--overwrite"])
     assert "different directions" not in capsys.readouterr().err

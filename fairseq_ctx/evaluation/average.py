@@ -17,15 +17,14 @@ import os
 import re
 import sys
 
-import torch
-
 
 from .direction import TRAINING_CHECKPOINT  # noqa: F401  (the names fairseq-train gives its checkpoints)
 
 
-def last_checkpoints(save_dir, n, by="auto"):
-    """The ``n`` newest numbered checkpoints: by update count (checkpoint_E_U.pt, written
-    with --save-interval-updates) or by epoch (checkpoint_E.pt)."""
+def numbered_checkpoints(save_dir, by="auto"):
+    """(names, by, [(number, name)]): the directory's file names, and its numbered checkpoints by
+    update count (checkpoint_E_U.pt, written with --save-interval-updates) or by epoch
+    (checkpoint_E.pt); "auto": by updates where there are any. Neither torch nor a file read."""
     updates = re.compile(r"^checkpoint_\d+_(\d+)\.pt$")
     epochs = re.compile(r"^checkpoint(\d+)\.pt$")
     names = os.listdir(save_dir)
@@ -37,9 +36,16 @@ def last_checkpoints(save_dir, n, by="auto"):
                 found[kind].append((int(match.group(1)), name))
     if by == "auto":
         by = "updates" if found["updates"] else "epochs"
+    return names, by, found[by]
+
+
+def last_checkpoints(save_dir, n, by="auto"):
+    """The ``n`` newest numbered checkpoints (numbered_checkpoints), checkpoint_last.pt among them
+    where it stands for an interval checkpoint fairseq did not write (_final_interval_point)."""
+    names, by, numbered = numbered_checkpoints(save_dir, by)
     if by == "updates":
-        found["updates"] += _final_interval_point(save_dir, found["updates"])
-    chosen = sorted(found[by], reverse=True)[:n]
+        numbered += _final_interval_point(save_dir, numbered)
+    chosen = sorted(numbered, reverse=True)[:n]
     spacings = {later - earlier for (later, _), (earlier, _) in zip(chosen, chosen[1:])}
     if by == "updates" and len(spacings) > 1:
         # fairseq writes no checkpoint_E_U.pt at an update that ends an epoch: the window is wider
@@ -48,7 +54,7 @@ def last_checkpoints(save_dir, n, by="auto"):
               "not written", file=sys.stderr, flush=True)
     if len(chosen) < n:
         # the numbered ones it counted, oldest first; the directory's files where it counted none
-        counted = [name for _, name in sorted(found[by])]
+        counted = [name for _, name in sorted(numbered)]
         raise FileNotFoundError(f"{save_dir}: wanted the last {n} checkpoints by {by}, found {len(chosen)} "
                                 + (f"({', '.join(counted)})" if counted else
                                    f"(the directory holds: {', '.join(sorted(names)) or 'nothing'})"))
@@ -61,6 +67,8 @@ def _final_interval_point(save_dir, numbered):
     (checkpoint_utils.save_checkpoint writes those only mid-epoch), newer than every numbered
     one: by the checkpoint's own record, saved at an epoch's end (train_iterator
     iterations_in_epoch 0) at a multiple of its --save-interval-updates. Else []."""
+    import torch
+
     from ..checkpoint_repair import LAST
 
     last = os.path.join(save_dir, LAST)
@@ -89,6 +97,8 @@ def _final_interval_point(save_dir, numbered):
 def average_checkpoints(paths):
     """Mean of every floating-point parameter; everything else (cfg, args, optimizer
     history) is taken from the last checkpoint, as fairseq's script does."""
+    import torch
+
     totals = collections.OrderedDict()
     new_state = None
     for path in paths:
@@ -156,6 +166,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.last < 1:
         parser.exit(2, f"average-checkpoints: --last {args.last}: average at least one checkpoint\n")
+    if not os.path.isdir(args.save_dir):
+        parser.exit(2, f"average-checkpoints: --save-dir {args.save_dir}: no such directory\n")
     if TRAINING_CHECKPOINT.fullmatch(os.path.basename(args.output)):
         parser.exit(2, f"average-checkpoints: --output {args.output} is named as fairseq names a training's "
                        "checkpoints: an average there would replace one, or be resumed from as if it were one "

@@ -302,6 +302,8 @@ def resolve(args, parser):
     for path in filter(None, (args.data, args.ref, args.source, args.baseline_hyp, args.path, args.save_dir)):
         if not os.path.exists(path):
             parser.error(f"not found: {path}")
+    if args.save_dir and not os.path.isdir(args.save_dir):  # (a checkpoint file: --path)
+        parser.error(f"--save-dir {args.save_dir}: not a directory (a checkpoint file is evaluated with --path)")
     # before fairseq-generate runs, not after: each is read line by line against the references
     lines = {}
     for option, path in (("--ref", args.ref), ("--baseline-hyp", args.baseline_hyp),
@@ -341,15 +343,19 @@ def resolve(args, parser):
 def check_direction(args, parser):
     """--src / --tgt against the direction the checkpoint was trained in: the reverse is refused
     (with a joined dictionary fairseq-generate runs it and it scores like a bad model), other
-    languages are said. The checkpoint read: --path, else the paper's file in --save-dir, else the
-    first of the training's checkpoints there (an average of the last N is one training's; a file of
-    another name, an average someone put there, need not be)."""
+    languages are said. The checkpoint read: --path; else in --save-dir with --average-last the
+    newest of those averaged (average.numbered_checkpoints; a directory of two trainings is warned
+    of when averaged), else the paper's file there, else the first of the training's checkpoints
+    there (a file of another name, an average someone put there, need not be the training's)."""
+    from .average import numbered_checkpoints
     from .direction import TRAINING_CHECKPOINT, trained_direction
 
     if args.path:
         candidates = [args.path]
     else:
-        candidates = [os.path.join(args.save_dir, args.checkpoint),
+        numbered = numbered_checkpoints(args.save_dir)[2] if args.average_last else []
+        candidates = [*(os.path.join(args.save_dir, name) for _, name in sorted(numbered)[-1:]),
+                      os.path.join(args.save_dir, args.checkpoint),
                       *sorted(path for path in glob.glob(os.path.join(glob.escape(args.save_dir), "*.pt"))
                               if TRAINING_CHECKPOINT.fullmatch(os.path.basename(path)))]
     checkpoint = next((path for path in candidates if os.path.isfile(path)), None)
