@@ -31,8 +31,10 @@ multi-hop LSTM to the stock LSTM):
 ``NAME=ARGS``: ARGS are fairseq-train model options (parsed by fairseq's own training
 parser with ``--user-dir fairseq_ctx``). Which baseline a system is compared with: the one
 its name names (``NAME@BASELINE``), else the first baseline of its model family (an
-``--arch lstm*`` is of the lstm family, as in fairseq-ctx-quality-compare; a ``*_big`` arch
-of the transformer_big family; any other arch of the transformer family), else the first
+``--arch lstm*`` is of the lstm family, a ``transformer*_big`` arch of the transformer_big
+family, any other arch of the transformer family: fairseq_ctx/families.py, as in
+fairseq-ctx-quality-compare; of several baselines of a family, one of the arch ours are built
+on first), else the first
 baseline (with a warning). Without ``--baseline`` the stock archs of the systems' families
 are assumed (``transformer=--arch transformer``, ``lstm=--arch lstm``,
 ``transformer_big=--arch transformer_vaswani_wmt_en_de_big``; only the transformer when

@@ -17,8 +17,7 @@ import os
 import re
 import sys
 
-
-from .direction import TRAINING_CHECKPOINT  # noqa: F401  (the names fairseq-train gives its checkpoints)
+from .direction import TRAINING_CHECKPOINT  # (the names fairseq-train gives its checkpoints)
 
 
 def numbered_checkpoints(save_dir, by="auto"):

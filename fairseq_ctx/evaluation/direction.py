@@ -28,7 +28,7 @@ STARTS_RECORD = "train_starts.jsonl"
 CELL_RECORD = "train.json"
 CELL_RECORD_BYTES = 1 << 20  # (the runner's is a few KB; a data set of that name is not read)
 # the record an average of checkpoints keeps in itself (evaluation/average.py): the direction its
-# last checkpoint was trained in, as read then ({"data", "languages", "whence"}), so that the
+# checkpoints were trained in, as read then ({"data", "languages", "whence"}), so that the
 # average, kept in an evaluation's --out-dir or copied alone, is read as its checkpoints were
 AVERAGE_RECORD = "fairseq_ctx_trained_direction"
 NAMED_IN_OPTIONS = "named in its training options"  # (a Direction's whence)
